@@ -1,0 +1,221 @@
+"""Incident lifecycle and deterministic incident ids.
+
+Where an incident id is made: :func:`incident_id`. The same evidence gives the same id in a
+live run and in a replay, because the id hashes only event-time facts: the kind, where, and the
+event time of the first evidence.
+
+Lifecycle: the first evidence of a kind on a GPU (or node) *opens* an incident; further evidence
+within the quiet period *updates* it (a storm of XIDs is one incident with a growing count); when
+the event-time watermark passes ``last evidence + quiet period`` it is *resolved*, and evidence
+after that opens a new incident.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+from dataclasses import dataclass, field
+from typing import Any
+
+from schemas.outputs import Incident, IncidentStatus, Severity
+from schemas.timeutil import format_ts
+
+__all__ = ["EvidenceItem", "IncidentTracker", "incident_id"]
+
+#: Evidence lists are capped so that a storm cannot grow one incident without bound.
+MAX_SAMPLES = 10
+MAX_JOBS = 50
+
+
+def incident_id(cluster: str, kind: str, subject: str, first_evidence_ms: int) -> str:
+    """Deterministic incident id: a hash of what and where, and when the evidence began.
+
+    >>> incident_id("rsc1", "gpu_bus", "node7/0000:07:00", 1705312800000)
+    'inc-aecf6ad97a0b11db3be4'
+    """
+    digest = hashlib.sha1(f"{cluster}|{kind}|{subject}|{first_evidence_ms}".encode()).hexdigest()
+    return f"inc-{digest[:20]}"
+
+
+@dataclass(frozen=True, slots=True)
+class EvidenceItem:
+    """One piece of evidence: an XID line, a counter delta, the jobs running where it happened."""
+
+    ts_ms: int
+    xid: int | None = None
+    message: str = ""
+    counter_deltas: tuple[tuple[str, int], ...] = ()
+    jobs: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class _Open:
+    incident_id: str
+    kind: str
+    severity: Severity
+    cluster: str
+    node: str
+    gpu: str
+    first_ms: int
+    last_ms: int
+    detected_ms: int
+    detector: str
+    score: float
+    action: str
+    title: str
+    evidence_count: int = 0
+    xid_counts: dict[int, int] = field(default_factory=dict)
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    counter_deltas: dict[str, int] = field(default_factory=dict)
+    jobs: set[str] = field(default_factory=set)
+
+    def add(self, item: EvidenceItem) -> None:
+        self.evidence_count += 1
+        self.first_ms = min(self.first_ms, item.ts_ms)
+        self.last_ms = max(self.last_ms, item.ts_ms)
+        if item.xid is not None:
+            self.xid_counts[item.xid] = self.xid_counts.get(item.xid, 0) + 1
+        if len(self.samples) < MAX_SAMPLES:
+            sample: dict[str, Any] = {"ts": format_ts(item.ts_ms)}
+            if item.xid is not None:
+                sample["xid"] = item.xid
+            if item.message:
+                sample["message"] = item.message
+            if item.counter_deltas:
+                sample["counter_deltas"] = dict(item.counter_deltas)
+            self.samples.append(sample)
+        for name, delta in item.counter_deltas:
+            self.counter_deltas[name] = self.counter_deltas.get(name, 0) + delta
+        for job in item.jobs:
+            if len(self.jobs) < MAX_JOBS:
+                self.jobs.add(job)
+
+    def snapshot(self, status: IncidentStatus) -> Incident:
+        evidence: dict[str, Any] = {"samples": list(self.samples)}
+        if self.xid_counts:
+            evidence["xid_counts"] = {str(code): n for code, n in sorted(self.xid_counts.items())}
+        if self.counter_deltas:
+            evidence["counter_deltas"] = dict(sorted(self.counter_deltas.items()))
+        if self.jobs:
+            evidence["jobs"] = sorted(self.jobs)
+        where = f"{self.node} GPU {self.gpu}" if self.gpu else self.node
+        codes = ", ".join(f"XID {code} x{n}" for code, n in sorted(self.xid_counts.items()))
+        detail = f" ({codes})" if codes else ""
+        summary = (
+            f"[{self.severity.value}] {self.title} on {where}{detail}, {self.evidence_count} evidence since "
+            f"{format_ts(self.first_ms)}; {status.value}. Action: {self.action}"
+        )
+        resolved = status is IncidentStatus.RESOLVED
+        return Incident(
+            incident_id=self.incident_id,
+            kind=self.kind,
+            severity=self.severity,
+            status=status,
+            cluster=self.cluster,
+            node=self.node,
+            gpu=self.gpu,
+            first_evidence_ms=self.first_ms,
+            last_evidence_ms=self.last_ms,
+            detected_ms=self.detected_ms,
+            detector=self.detector,
+            score=self.score,
+            action=self.action,
+            summary=summary,
+            evidence=evidence,
+            evidence_count=self.evidence_count,
+            version=self.evidence_count * 2 + int(resolved),
+        )
+
+
+class IncidentTracker:
+    """Open incidents keyed by ``(cluster, kind, node, gpu)``, with event-time resolution.
+
+    Parameters
+    ----------
+    quiet_period_ms
+        An incident with no new evidence for this long (event time) is resolved.
+
+    Examples
+    --------
+    >>> tracker = IncidentTracker(quiet_period_ms=3_600_000)
+    >>> first = tracker.observe("c", "gpu_bus", "n1", "0000:07:00", Severity.CRITICAL, "xid_classifier",
+    ...                         1.0, "reboot", "GPU fell off the bus", EvidenceItem(0, xid=79))
+    >>> again = tracker.observe("c", "gpu_bus", "n1", "0000:07:00", Severity.CRITICAL, "xid_classifier",
+    ...                         1.0, "reboot", "GPU fell off the bus", EvidenceItem(60_000, xid=79))
+    >>> first.incident_id == again.incident_id, again.status.value, again.evidence_count
+    (True, 'updated', 2)
+    >>> [i.status.value for i in tracker.resolve_idle(watermark_ms=4_000_000)]
+    ['resolved']
+    """
+
+    def __init__(self, quiet_period_ms: int) -> None:
+        self.quiet_period_ms = quiet_period_ms
+        self._open: dict[tuple[str, str, str, str], _Open] = {}
+        # (resolve-at, key) entries; stale ones (incident updated since) are skipped when popped.
+        self._deadlines: list[tuple[int, tuple[str, str, str, str]]] = []
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    @property
+    def next_deadline_ms(self) -> int | None:
+        """Event time at which the earliest open incident may resolve."""
+        return self._deadlines[0][0] if self._deadlines else None
+
+    def observe(
+        self,
+        cluster: str,
+        kind: str,
+        node: str,
+        gpu: str,
+        severity: Severity,
+        detector: str,
+        score: float,
+        action: str,
+        title: str,
+        item: EvidenceItem,
+    ) -> Incident:
+        """Add evidence; return the incident's new version (opened or updated)."""
+        key = (cluster, kind, node, gpu)
+        current = self._open.get(key)
+        if current is None:
+            subject = f"{node}/{gpu}" if gpu else node
+            current = _Open(
+                incident_id=incident_id(cluster, kind, subject, item.ts_ms),
+                kind=kind,
+                severity=severity,
+                cluster=cluster,
+                node=node,
+                gpu=gpu,
+                first_ms=item.ts_ms,
+                last_ms=item.ts_ms,
+                detected_ms=item.ts_ms,
+                detector=detector,
+                score=score,
+                action=action,
+                title=title,
+            )
+            self._open[key] = current
+            status = IncidentStatus.OPEN
+        else:
+            status = IncidentStatus.UPDATED
+            if severity.rank > current.severity.rank:
+                current.severity, current.action, current.title = severity, action, title
+            current.score = max(current.score, score)
+        previous_last = current.last_ms
+        current.add(item)
+        if status is IncidentStatus.OPEN or current.last_ms > previous_last:
+            heapq.heappush(self._deadlines, (current.last_ms + self.quiet_period_ms, key))
+        return current.snapshot(status)
+
+    def resolve_idle(self, watermark_ms: int) -> list[Incident]:
+        """Resolve every incident whose quiet period ended before ``watermark_ms``."""
+        resolved: list[Incident] = []
+        while self._deadlines and self._deadlines[0][0] < watermark_ms:
+            deadline, key = heapq.heappop(self._deadlines)
+            current = self._open.get(key)
+            if current is None or current.last_ms + self.quiet_period_ms != deadline:
+                continue
+            del self._open[key]
+            resolved.append(current.snapshot(IncidentStatus.RESOLVED))
+        return resolved

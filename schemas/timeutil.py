@@ -1,0 +1,43 @@
+"""Event-time helpers shared by every record: integer milliseconds since the epoch, UTC."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+__all__ = ["format_ts", "parse_ts"]
+
+
+def parse_ts(value: object) -> int:
+    """Return epoch milliseconds from an ISO-8601 string or an integer of milliseconds.
+
+    A string without an offset is read as UTC, because every input of faultstream is UTC
+    by contract.
+
+    >>> parse_ts("2024-01-15T10:23:45.5Z")
+    1705314225500
+    >>> parse_ts(1705314225500)
+    1705314225500
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"timestamp must be an ISO-8601 string or epoch milliseconds, got {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError as exc:
+            raise ValueError(f"not an ISO-8601 timestamp: {value!r}") from exc
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=UTC)
+        return round(parsed.timestamp() * 1000)
+    raise ValueError(f"timestamp must be an ISO-8601 string or epoch milliseconds, got {value!r}")
+
+
+def format_ts(ts_ms: int) -> str:
+    """Return the ISO-8601 UTC form (millisecond precision, ``Z`` suffix) of epoch milliseconds.
+
+    >>> format_ts(1705314225500)
+    '2024-01-15T10:23:45.500Z'
+    """
+    moment = datetime.fromtimestamp(ts_ms / 1000, tz=UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts_ms % 1000:03d}Z"

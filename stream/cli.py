@@ -1,0 +1,288 @@
+"""The ``faultstream`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from schemas.timeutil import parse_ts
+from stream.parsers import Format
+from stream.parsers.options import ParseOptions
+from stream.settings import Settings, SettingsError
+from stream.sinks.dead_letters import DeadLetterLimitExceeded
+from stream.store import StoreError
+
+EXIT_USAGE = 2
+EXIT_DEAD_LETTERS = 3
+EXIT_STORE = 4
+
+
+def _store_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--clickhouse",
+        metavar="DSN",
+        help="chdb:///abs/path (embedded) or http(s)://host:8123; default: FAULTSTREAM_CLICKHOUSE_DSN, "
+        "else the embedded store in --data-dir",
+    )
+    parser.add_argument("--data-dir", help="embedded store folder (default ./faultstream-data)")
+
+
+def _time(value: str) -> int:
+    try:
+        return parse_ts(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (also used to document the commands in README)."""
+    parser = argparse.ArgumentParser(
+        prog="faultstream",
+        description="Streaming reliability monitor for GPU clusters: XID, ECC and job events to incidents "
+        "and MTTF windows in ClickHouse.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    replay = commands.add_parser("replay", help="replay log files through the detectors into ClickHouse")
+    replay.add_argument(
+        "files", nargs="+", type=Path, help="kernel logs, sacct -P, DCGM text, nvidia-smi -q, JSONL"
+    )
+    replay.add_argument(
+        "--cluster", help="cluster name for records that carry none (default: FAULTSTREAM_CLUSTER)"
+    )
+    replay.add_argument("--node", help="node name for kernel logs and nvidia-smi files without a host field")
+    replay.add_argument(
+        "--year", type=int, help="year of syslog / journalctl-short timestamps, which have none"
+    )
+    replay.add_argument("--boot-time", type=_time, help="boot time (ISO) of a plain dmesg file's node")
+    replay.add_argument("--scrape-time", type=_time, help="time (ISO) of DCGM samples without timestamps")
+    replay.add_argument(
+        "--timezone", default="UTC", help="zone of sacct and dmesg -T local times (default UTC)"
+    )
+    replay.add_argument(
+        "--format", choices=[f.value for f in Format], help="force one input format for all files"
+    )
+    replay.add_argument("--dead-letters", type=Path, help="also write dead letters to this JSONL file")
+    replay.add_argument("--json", action="store_true", help="print the summary as JSON")
+    replay.add_argument(
+        "--progress", action=argparse.BooleanOptionalAction, default=None, help="progress bar"
+    )
+    _store_arguments(replay)
+
+    report = commands.add_parser(
+        "report", help="print incidents, MTTF windows and ETTR guidance from the store"
+    )
+    report.add_argument("--json", action="store_true", help="print JSON")
+    report.add_argument("--top", type=int, default=20, help="open critical incidents to list")
+    _store_arguments(report)
+
+    init_db = commands.add_parser("init-db", help="create the database and tables (idempotent)")
+    _store_arguments(init_db)
+
+    simulate = commands.add_parser("simulate", help="write a synthetic cluster's logs and its ground truth")
+    simulate.add_argument("--nodes", type=int, default=64)
+    simulate.add_argument("--gpus-per-node", type=int, default=8)
+    simulate.add_argument("--days", type=float, default=7.0)
+    simulate.add_argument("--seed", type=int, default=0)
+    simulate.add_argument("--cluster", default="sim")
+    simulate.add_argument("--start", type=_time, help="first instant (ISO, default 2024-01-01T00:00:00Z)")
+    simulate.add_argument("--ecc-interval-minutes", type=int, help="DCGM scrape period (default 360)")
+    simulate.add_argument("--out", type=Path, required=True, help="output folder")
+
+    commands.add_parser("config", help="list every setting, its environment variable and default")
+    return parser
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return Settings.from_env(
+        clickhouse_dsn=getattr(args, "clickhouse", None),
+        data_dir=getattr(args, "data_dir", None),
+        cluster=getattr(args, "cluster", None) if args.command == "replay" else None,
+    )
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2, default=str).decode() + "\n")
+
+
+def _progress_bar(enabled: bool | None) -> tuple[Any, Any]:
+    from tqdm import tqdm
+
+    bar = tqdm(
+        total=0, unit="B", unit_scale=True, desc="replay", disable=None if enabled is None else not enabled
+    )
+
+    def update(done: int, total: int) -> None:
+        if bar.total != total:
+            bar.total = total
+        bar.update(done - bar.n)
+
+    return bar, update
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from stream.replay import replay
+    from stream.report import build_report, render_text
+    from stream.store import connect
+
+    settings = _settings(args)
+    options = ParseOptions(
+        cluster=settings.cluster,
+        node=args.node,
+        year=args.year,
+        boot_time_ms=args.boot_time,
+        scrape_time_ms=args.scrape_time,
+        gpus_per_node=settings.gpus_per_node,
+        timezone=args.timezone,
+    )
+    client = connect(settings)
+    dead_letter_file = args.dead_letters
+    if dead_letter_file is None and settings.is_embedded:
+        dead_letter_file = Path(settings.data_dir) / "dead-letters.jsonl"
+    bar, update = _progress_bar(args.progress)
+    try:
+        summary = replay(
+            args.files,
+            settings,
+            client,
+            options,
+            fmt=Format(args.format) if args.format else None,
+            progress=update,
+            dead_letter_file=dead_letter_file,
+        )
+    finally:
+        bar.close()
+    report = build_report(client, settings)
+    per_source = [
+        {
+            "file": s.path,
+            "format": s.fmt,
+            "records": dict(s.records),
+            "dead_letters": s.dead_letters,
+            "late": s.late,
+        }
+        for s in summary.sources
+    ]
+    by_kind = sorted(summary.incidents_by_kind().items())
+    if args.json:
+        _print_json(
+            {
+                "sources": per_source,
+                "events": summary.events,
+                "dead_letters": summary.dead_letters,
+                "seconds": summary.seconds,
+                "events_per_second": summary.events / summary.seconds if summary.seconds else None,
+                "incidents_this_run": [{"kind": k, "severity": s, "incidents": n} for (k, s), n in by_kind],
+                "attributions_this_run": dict(summary.attributions),
+                "report": report,
+            }
+        )
+        return 0
+    out = sys.stdout
+    out.write(f"Replayed {len(summary.sources)} files in {summary.seconds:.1f} s ")
+    out.write(f"({summary.events:,} events, {summary.events / max(summary.seconds, 1e-9):,.0f} events/s)\n")
+    for source in per_source:
+        records = ", ".join(f"{n:,} {kind}" for kind, n in sorted(source["records"].items())) or "no records"
+        out.write(
+            f"  {source['file']} [{source['format']}]: {records}; {source['dead_letters']:,} dead letters, "
+            f"{source['late']:,} late\n"
+        )
+    if summary.dead_letters and dead_letter_file is not None:
+        out.write(f"Dead letters also written to {dead_letter_file}\n")
+    out.write("Incidents from this replay: ")
+    out.write(", ".join(f"{k}/{s} {n:,}" for (k, s), n in by_kind) or "none")
+    out.write("\n\n")
+    out.write(render_text(report) + "\n")
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from stream.report import build_report, render_text
+    from stream.store import connect
+
+    settings = _settings(args)
+    report = build_report(connect(settings), settings, top=args.top)
+    if args.json:
+        _print_json(report)
+    else:
+        sys.stdout.write(render_text(report) + "\n")
+    return 0
+
+
+def _cmd_init_db(args: argparse.Namespace) -> int:
+    from stream.store import connect, init_db
+
+    settings = _settings(args)
+    statements = init_db(connect(settings, apply_schema=False), settings)
+    sys.stdout.write(f"{settings.dsn}: {len(statements)} DDL statements applied to {settings.database}\n")
+    return 0
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from stream.simulator import SimulationConfig, simulate
+
+    overrides: dict[str, Any] = {
+        "nodes": args.nodes,
+        "gpus_per_node": args.gpus_per_node,
+        "days": args.days,
+        "seed": args.seed,
+        "cluster": args.cluster,
+    }
+    if args.start is not None:
+        overrides["start_ms"] = args.start
+    if args.ecc_interval_minutes is not None:
+        overrides["ecc_interval_minutes"] = args.ecc_interval_minutes
+    config = SimulationConfig(**overrides)
+    with tqdm(total=0, desc="simulate", disable=None) as bar:
+
+        def progress(done: int, total: int) -> None:
+            bar.total = total
+            bar.update(done - bar.n)
+
+        truth = simulate(config, args.out, progress=progress)
+    sys.stdout.write(
+        f"Wrote {args.out}: {truth.jobs:,} jobs, {truth.jobs_failed:,} failed, {truth.hardware_failures:,} "
+        f"killed by hardware; true r_f = {truth.true_rf_per_1000_node_days:.2f} per 1000 node-days over "
+        f"{truth.exposure_node_days:,.0f} node-days of exposure\n"
+    )
+    return 0
+
+
+def _cmd_config(_args: argparse.Namespace) -> int:
+    for name, default, doc in Settings.reference():
+        sys.stdout.write(f"{name} (default {default})\n    {doc}\n")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``faultstream`` console script."""
+    args = build_parser().parse_args(argv)
+    handlers = {
+        "replay": _cmd_replay,
+        "report": _cmd_report,
+        "init-db": _cmd_init_db,
+        "simulate": _cmd_simulate,
+        "config": _cmd_config,
+    }
+    try:
+        return handlers[args.command](args)
+    except (SettingsError, FileNotFoundError, ValueError) as exc:
+        sys.stderr.write(f"faultstream: error: {exc}\n")
+        return EXIT_USAGE
+    except DeadLetterLimitExceeded as exc:
+        sys.stderr.write(f"faultstream: stopped: {exc}\n")
+        return EXIT_DEAD_LETTERS
+    except StoreError as exc:
+        sys.stderr.write(f"faultstream: ClickHouse: {exc}\n")
+        return EXIT_STORE
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

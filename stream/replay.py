@@ -1,0 +1,270 @@
+"""Embedded replay: files -> parsers -> event-time merge -> detection core -> ClickHouse.
+
+Input files are merged by event time. A file is read lazily through a small reorder buffer (as
+long as the allowed lateness), except Slurm accounting, whose rows are in submit order and are
+sorted whole (they are small). The merge is over the files sorted by path, and ties keep that
+order, so the same set of files gives the same tables whatever order they are named in.
+"""
+
+from __future__ import annotations
+
+import gzip
+import heapq
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from clickhouse_connect.driver.client import Client
+
+from detectors.core import DetectionCore, Emitted
+from schemas.outputs import DeadLetter
+from schemas.records import EccSample, InvalidRecord, JobEvent, XidEvent
+from schemas.timeutil import format_ts
+from stream.parsers import Format, detect_format, parse_lines
+from stream.parsers.options import ParseOptions
+from stream.settings import Settings
+from stream.sinks.clickhouse import ClickHouseSink
+from stream.sinks.dead_letters import DeadLetterFile, DeadLetterPolicy, to_dead_letter
+
+__all__ = ["ReplaySummary", "open_lines", "read_records", "replay"]
+
+Record = XidEvent | EccSample | JobEvent
+
+_KIND = {XidEvent: "xid", EccSample: "ecc", JobEvent: "job"}
+
+
+@dataclass(slots=True)
+class SourceStats:
+    """Counts for one input file."""
+
+    path: str
+    fmt: str
+    records: Counter[str] = field(default_factory=Counter)
+    dead_letters: int = 0
+    late: int = 0
+
+
+@dataclass(slots=True)
+class ReplaySummary:
+    """What a replay read, rejected and decided."""
+
+    sources: list[SourceStats]
+    incidents: dict[str, tuple[str, str]] = field(default_factory=dict)  # id -> (kind, severity)
+    attributions: Counter[str] = field(default_factory=Counter)
+    rows_written: int = 0
+    seconds: float = 0.0
+    first_event_ms: int | None = None
+    last_event_ms: int | None = None
+
+    @property
+    def events(self) -> int:
+        """Records used (not dead-lettered)."""
+        return sum(sum(source.records.values()) for source in self.sources)
+
+    @property
+    def dead_letters(self) -> int:
+        """Records dead-lettered, late ones included."""
+        return sum(source.dead_letters + source.late for source in self.sources)
+
+    def incidents_by_kind(self) -> Counter[tuple[str, str]]:
+        """Distinct incidents per (kind, severity)."""
+        return Counter(self.incidents.values())
+
+
+class _CountingReader:
+    """Yields a file's lines and counts the bytes read, for the progress bar."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.bytes_read = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        with open_lines(self.path) as handle:
+            for line in handle:
+                self.bytes_read += len(line)
+                yield line
+
+
+def open_lines(path: Path) -> IO[bytes]:
+    """Open a file for binary line reading; ``.gz`` files are decompressed on the fly."""
+    if path.suffix == ".gz":
+        return gzip.open(path, "rb")
+    return path.open("rb", buffering=1 << 20)
+
+
+def _ordered(
+    items: Iterable[Record | InvalidRecord], buffer_ms: int, sort_all: bool
+) -> Iterator[tuple[int, int, Record | InvalidRecord]]:
+    """Yield ``(ts, seq, item)`` in event-time order as far as a reorder buffer allows.
+
+    Dead letters carry the time of the record before them, so they flow in place.
+    """
+    if sort_all:
+        records: list[tuple[int, int, Record | InvalidRecord]] = []
+        last = 0
+        for seq, item in enumerate(items):
+            if not isinstance(item, InvalidRecord):
+                last = item.ts_ms
+            records.append((last, seq, item))
+        records.sort(key=lambda entry: (entry[0], entry[1]))
+        yield from records
+        return
+    heap: list[tuple[int, int, Record | InvalidRecord]] = []
+    newest = None
+    last = 0
+    for seq, item in enumerate(items):
+        if isinstance(item, InvalidRecord):
+            yield (last, seq, item)
+            continue
+        ts = item.ts_ms
+        if newest is None or ts > newest:
+            newest = ts
+            release_before = ts - buffer_ms
+            while heap and heap[0][0] <= release_before:
+                entry = heapq.heappop(heap)
+                last = entry[0]
+                yield entry
+        heapq.heappush(heap, (ts, seq, item))
+    while heap:
+        yield heapq.heappop(heap)
+
+
+def _tagged(
+    entries: Iterator[tuple[int, int, Record | InvalidRecord]], stats: SourceStats
+) -> Iterator[tuple[int, int, Record | InvalidRecord, SourceStats]]:
+    for ts, seq, item in entries:
+        yield ts, seq, item, stats
+
+
+def read_records(
+    path: Path, options: ParseOptions, fmt: Format | None = None
+) -> Iterator[Record | InvalidRecord]:
+    """Parse one file into records and dead letters (no ordering, no detection): the decode baseline."""
+    chosen = fmt or detect_format(path)
+    return parse_lines(_CountingReader(path), chosen, options, str(path))
+
+
+def replay(
+    paths: Iterable[Path],
+    settings: Settings,
+    client: Client,
+    options: ParseOptions,
+    fmt: Format | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    dead_letter_file: Path | None = None,
+) -> ReplaySummary:
+    """Replay files through the detection core into ClickHouse and return a summary.
+
+    Parameters
+    ----------
+    paths
+        Input files, any formats; the set matters, not the order.
+    settings
+        Configuration (core tunables, database, batch size, dead-letter limits).
+    client
+        ClickHouse client (embedded chdb or server).
+    options
+        Parser options (cluster, node, year …).
+    fmt
+        Force one format for every file instead of sniffing each.
+    progress
+        Called as ``progress(bytes_done, bytes_total)`` now and then.
+    dead_letter_file
+        Also append dead letters to this JSON Lines file.
+
+    Raises
+    ------
+    DeadLetterLimitExceeded
+        When too many of a file's records are bad; what was good so far has been written.
+    """
+    started = time.perf_counter()
+    files = sorted({Path(p) for p in paths}, key=str)
+    core = DetectionCore(settings.core_config())
+    sink = ClickHouseSink(client, settings.database, settings.sink_batch_rows)
+    policy = DeadLetterPolicy(settings.dead_letter_max_ratio, settings.dead_letter_min_records)
+    letters = DeadLetterFile(dead_letter_file) if dead_letter_file is not None else None
+    summary = ReplaySummary(sources=[])
+    readers: list[_CountingReader] = []
+    streams = []
+    for path in files:
+        if not path.is_file():
+            raise FileNotFoundError(f"input file not found: {path}")
+        chosen = fmt or detect_format(path)
+        reader = _CountingReader(path)
+        readers.append(reader)
+        stats = SourceStats(str(path), chosen.value)
+        summary.sources.append(stats)
+        parsed = parse_lines(reader, chosen, options, str(path))
+        streams.append(
+            (
+                (ts, seq, item, stats)
+                for ts, seq, item in _ordered(
+                    parsed, settings.allowed_lateness_seconds * 1000, chosen is Format.SACCT
+                )
+            )
+        )
+    total_bytes = sum(path.stat().st_size for path in files)
+
+    def dead_letter(letter: DeadLetter, stats: SourceStats) -> None:
+        sink.add(letter)
+        if letters is not None:
+            letters.write(letter)
+        policy.bad(stats.path, letter.reason)
+
+    def deliver(emitted: Emitted) -> None:
+        for incident in emitted.incidents:
+            summary.incidents[incident.incident_id] = (incident.kind, incident.severity.value)
+        for attribution in emitted.attributions:
+            summary.attributions["hardware" if attribution.hardware else "not hardware"] += 1
+        sink.add_emitted(emitted)
+
+    try:
+        count = 0
+        for _ts, _seq, item, stats in heapq.merge(*streams, key=lambda entry: (entry[0], entry[1])):
+            count += 1
+            if isinstance(item, InvalidRecord):
+                stats.dead_letters += 1
+                dead_letter(to_dead_letter(item), stats)
+                policy.check(stats.path)
+                continue
+            if not core.process(item):
+                stats.late += 1
+                watermark = core.watermark_ms or 0
+                reason = (
+                    f"late: event time {format_ts(item.ts_ms)} is older than the watermark "
+                    f"{format_ts(watermark)} (allowed lateness {settings.allowed_lateness_seconds}s)"
+                )
+                dead_letter(
+                    DeadLetter(
+                        stats.path, item.source, reason, repr(item).encode(), _KIND[type(item)], item.ts_ms
+                    ),
+                    stats,
+                )
+                continue
+            stats.records[_KIND[type(item)]] += 1
+            policy.good(stats.path)
+            if summary.first_event_ms is None:
+                summary.first_event_ms = item.ts_ms
+            summary.last_event_ms = item.ts_ms
+            if not isinstance(item, EccSample):
+                sink.add(item)  # ECC samples are stored downsampled, from the core's rows
+            if count % 8192 == 0:
+                deliver(core.drain())
+                if sink.should_flush():
+                    sink.flush()
+                if progress is not None:
+                    progress(sum(r.bytes_read for r in readers), total_bytes)
+        deliver(core.finish())
+    finally:
+        deliver(core.drain())
+        sink.flush()
+        if letters is not None:
+            letters.close()
+    if progress is not None:
+        progress(total_bytes, total_bytes)
+    summary.rows_written = sink.rows_written
+    summary.seconds = time.perf_counter() - started
+    return summary

@@ -1,0 +1,241 @@
+"""``faultstream report``: incidents, MTTF, failure rate and ETTR guidance, read from any store."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from clickhouse_connect.driver.client import Client
+
+from detectors.mttf import ettr, optimal_checkpoint_interval_hours, projected_mttf_hours
+from stream.settings import Settings
+from stream.store import query_rows
+
+__all__ = ["build_report", "render_text"]
+
+#: The paper's measured rates (failures per 1000 node-days), shown for comparison.
+PAPER_RF = {"RSC-1 (16k A100)": 6.50, "RSC-2 (8k A100)": 2.34}
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def build_report(client: Client, settings: Settings, top: int = 20) -> dict[str, Any]:
+    """Query the store and return the report as plain data (what ``--json`` prints)."""
+    db = settings.database
+    counts = {
+        table: query_rows(client, f"SELECT count() AS n FROM {db}.{table} FINAL")[0]["n"]
+        for table in (
+            "xid_events",
+            "job_events",
+            "ecc_samples",
+            "incidents",
+            "job_attributions",
+            "dead_letters",
+        )
+    }
+    incidents = query_rows(
+        client,
+        f"""SELECT kind, severity, count() AS incidents, countIf(status != 'resolved') AS open,
+               sum(evidence_count) AS evidence
+        FROM {db}.incidents FINAL GROUP BY kind, severity
+        ORDER BY multiIf(severity = 'critical', 0, severity = 'warn', 1, 2), incidents DESC, kind""",
+    )
+    open_critical = query_rows(
+        client,
+        f"""SELECT incident_id, kind, node, gpu, first_evidence, evidence_count, summary
+        FROM {db}.incidents FINAL WHERE severity = 'critical' AND status != 'resolved'
+        ORDER BY first_evidence DESC, incident_id LIMIT {int(top)}""",
+    )
+    for row in open_critical:
+        row["first_evidence"] = str(row["first_evidence"])
+    dead_letters = query_rows(
+        client,
+        f"""SELECT splitByChar(':', reason)[1] AS reason, count() AS n
+        FROM {db}.dead_letters FINAL GROUP BY reason ORDER BY n DESC LIMIT 10""",
+    )
+    attribution = query_rows(
+        client,
+        f"""SELECT hardware, count() AS jobs, sum(gpu_hours) AS gpu_hours
+        FROM {db}.job_attributions FINAL GROUP BY hardware ORDER BY hardware""",
+    )
+    windows = []
+    for window in query_rows(
+        client,
+        f"""SELECT window_seconds, uniqExact(window_start) AS windows, min(window_start) AS first,
+               max(window_end) AS last
+        FROM {db}.mttf_windows WHERE size_bucket = 'all' GROUP BY window_seconds ORDER BY window_seconds""",
+    ):
+        seconds = window["window_seconds"]
+        buckets = query_rows(
+            client,
+            f"""SELECT size_bucket, min(size_bucket_min_gpus) AS min_gpus, sum(node_hours) AS node_hours,
+                   sum(gpu_hours) AS gpu_hours, sum(job_hours) AS job_hours, sum(jobs_ended) AS jobs_ended,
+                   sum(jobs_failed) AS jobs_failed, sum(failures) AS failures,
+                   quantileExactIf(0.5)(rf_per_1000_node_days, node_hours > 0) AS median_window_rf
+            FROM {db}.mttf_windows WHERE window_seconds = {int(seconds)}
+            GROUP BY size_bucket ORDER BY size_bucket = 'all', min_gpus""",
+        )
+        for bucket in buckets:
+            node_days = bucket["node_hours"] / 24
+            failures = bucket["failures"]
+            bucket["rf_per_1000_node_days"] = 1000 * failures / node_days if node_days else None
+            bucket["mttf_hours"] = bucket["job_hours"] / failures if failures else None
+            median = bucket.pop("median_window_rf")
+            bucket["median_window_rf"] = median if median is not None and math.isfinite(median) else None
+        windows.append(
+            {
+                "window_seconds": seconds,
+                "windows": window["windows"],
+                "first": str(window["first"]),
+                "last": str(window["last"]),
+                "buckets": buckets,
+            }
+        )
+    overall = next((b for w in windows[-1:] for b in w["buckets"] if b["size_bucket"] == "all"), None)
+    rf_per_1000 = overall["rf_per_1000_node_days"] if overall else None
+    guidance = []
+    if rf_per_1000:
+        rf_per_day = rf_per_1000 / 1000
+        w_cp = settings.checkpoint_write_minutes / 60
+        u0 = settings.restart_overhead_minutes / 60
+        for gpus in settings.reference_sizes:
+            interval = optimal_checkpoint_interval_hours(gpus, rf_per_day, w_cp, settings.gpus_per_node)
+            guidance.append(
+                {
+                    "gpus": gpus,
+                    "projected_mttf_hours": _finite(
+                        projected_mttf_hours(gpus, rf_per_day, settings.gpus_per_node)
+                    ),
+                    "optimal_checkpoint_minutes": _finite(interval * 60),
+                    "expected_ettr": ettr(gpus, rf_per_day, interval, w_cp, u0, settings.gpus_per_node),
+                }
+            )
+    return {
+        "database": db,
+        "rows": counts,
+        "incidents": incidents,
+        "open_critical": open_critical,
+        "dead_letter_reasons": dead_letters,
+        "attribution": attribution,
+        "mttf": windows,
+        "rf_per_1000_node_days": rf_per_1000,
+        "paper_rf_per_1000_node_days": PAPER_RF,
+        "ettr_guidance": guidance,
+        "ettr_assumptions": {
+            "checkpoint_write_minutes": settings.checkpoint_write_minutes,
+            "restart_overhead_minutes": settings.restart_overhead_minutes,
+        },
+    }
+
+
+def _num(value: float | None, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    line = "  ".join(
+        h.rjust(w) if i else h.ljust(w) for i, (h, w) in enumerate(zip(headers, widths, strict=True))
+    )
+    out = [line, "  ".join("-" * w for w in widths)]
+    for row in rows:
+        out.append(
+            "  ".join(
+                c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            )
+        )
+    return out
+
+
+def render_text(report: dict[str, Any]) -> str:
+    """Render the report for a terminal."""
+    out: list[str] = []
+    rows = report["rows"]
+    out.append(
+        f"Store {report['database']}: {rows['xid_events']:,} XID events, {rows['job_events']:,} job events, "
+        f"{rows['ecc_samples']:,} ECC samples (downsampled), {rows['dead_letters']:,} dead letters"
+    )
+    out.append("")
+    out.append(f"Incidents ({rows['incidents']:,})")
+    out.extend(
+        "  " + line
+        for line in _table(
+            ["kind", "severity", "incidents", "open", "evidence"],
+            [
+                [r["kind"], r["severity"], f"{r['incidents']:,}", f"{r['open']:,}", f"{r['evidence']:,}"]
+                for r in report["incidents"]
+            ],
+        )
+    )
+    if report["open_critical"]:
+        out.append("")
+        out.append("Open critical incidents (newest first)")
+        out.extend(f"  {r['incident_id']}  {r['summary']}" for r in report["open_critical"])
+    attribution = {bool(r["hardware"]): r for r in report["attribution"]}
+    if attribution:
+        hw = attribution.get(True, {"jobs": 0, "gpu_hours": 0.0})
+        other = attribution.get(False, {"jobs": 0, "gpu_hours": 0.0})
+        out.append("")
+        out.append(
+            f"Job failures (FAILED/NODE_FAIL): {hw['jobs']:,} attributed to hardware "
+            f"({hw['gpu_hours']:,.0f} GPU-hours lost), {other['jobs']:,} not"
+        )
+    for window in report["mttf"]:
+        out.append("")
+        seconds = window["window_seconds"]
+        label = f"{seconds // 86400} d" if seconds % 86400 == 0 else f"{seconds // 3600} h"
+        out.append(
+            f"MTTF windows of {label}: {window['windows']:,} windows "
+            f"from {window['first']} to {window['last']}"
+        )
+        out.extend(
+            "  " + line
+            for line in _table(
+                ["job size (GPUs)", "node-days", "GPU-hours", "jobs", "failed", "hw failures", "r_f/1000 nd",
+                 "median window r_f", "MTTF h"],
+                [
+                    [
+                        b["size_bucket"], _num(b["node_hours"] / 24, 1), _num(b["gpu_hours"], 0),
+                        f"{b['jobs_ended']:,}", f"{b['jobs_failed']:,}", f"{b['failures']:,}",
+                        _num(b["rf_per_1000_node_days"]), _num(b["median_window_rf"]),
+                        _num(b["mttf_hours"], 1),
+                    ]
+                    for b in window["buckets"]
+                ],
+            )
+        )  # fmt: skip
+    out.append("")
+    if report["rf_per_1000_node_days"] is not None:
+        paper = ", ".join(f"{name} {rate}" for name, rate in report["paper_rf_per_1000_node_days"].items())
+        out.append(
+            f"Failure rate r_f = {report['rf_per_1000_node_days']:.2f} per 1000 node-days (paper: {paper})"
+        )
+        assumptions = report["ettr_assumptions"]
+        out.append(
+            f"ETTR guidance (checkpoint write {assumptions['checkpoint_write_minutes']} min, restart "
+            f"{assumptions['restart_overhead_minutes']} min)"
+        )
+        out.extend(
+            "  " + line
+            for line in _table(
+                ["job GPUs", "projected MTTF h", "best checkpoint every (min)", "expected ETTR"],
+                [
+                    [f"{g['gpus']:,}", _num(g["projected_mttf_hours"]),
+                     _num(g["optimal_checkpoint_minutes"], 1), _num(g["expected_ettr"], 3)]
+                    for g in report["ettr_guidance"]
+                ],
+            )
+        )  # fmt: skip
+    else:
+        out.append("No hardware-attributed failures yet: r_f and MTTF are not defined.")
+    if report["dead_letter_reasons"]:
+        out.append("")
+        out.append(
+            "Dead letters by reason: "
+            + ", ".join(f"{r['reason']} ({r['n']:,})" for r in report["dead_letter_reasons"])
+        )
+    return "\n".join(out)

@@ -1,0 +1,158 @@
+"""The one settings object of faultstream, read from ``FAULTSTREAM_*`` environment variables.
+
+Every field names its environment variable; command-line flags override the environment.
+The README's configuration reference is generated from this file's docstrings
+(``faultstream config``), so what is documented is what is read.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from detectors.core import CoreConfig
+from detectors.mttf import SizeBuckets
+
+__all__ = ["ENV_PREFIX", "Settings", "SettingsError"]
+
+ENV_PREFIX = "FAULTSTREAM_"
+
+
+class SettingsError(ValueError):
+    """A setting has a value that cannot be used; the message names the variable."""
+
+
+def setting(default: Any, doc: str) -> Any:
+    """A settings field with its documentation (shown by ``faultstream config`` and the README)."""
+    return field(default=default, metadata={"doc": doc})
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.replace(" ", "").split(",") if part)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """All configuration, with defaults that work on a laptop (embedded ClickHouse, no Kafka)."""
+
+    clickhouse_dsn: str = setting(
+        "",
+        "ClickHouse to write to: `chdb:///abs/path` (embedded, in-process) or "
+        "`http(s)://user:pass@host:8123`. Empty: embedded store in `data_dir`.",
+    )
+    data_dir: str = setting(
+        "./faultstream-data", "Folder of the embedded store and of the embedded dead-letter file."
+    )
+    database: str = setting("faultstream", "ClickHouse database holding the tables.")
+    cluster: str = setting("default", "Cluster name stamped on records whose source does not name one.")
+    windows_seconds: str = setting("3600,86400", "Tumbling MTTF window lengths, seconds, comma-separated.")
+    size_buckets: str = setting("1,8,64,512,1024,4096", "Lower GPU-count bounds of the job-size buckets.")
+    reference_job_sizes: str = setting(
+        "8,1024,16384,131072", "Job sizes (GPUs) for projected MTTF and ETTR guidance."
+    )
+    gpus_per_node: int = setting(8, "GPUs per node; turns job sizes into node counts.")
+    allowed_lateness_seconds: int = setting(
+        300,
+        "How late (event time) a record may arrive and still be used; later ones are dead-lettered as late.",
+    )
+    quiet_period_seconds: int = setting(
+        3600,
+        "An incident without new evidence for this long is resolved; evidence after that opens a new one.",
+    )
+    attribution_before_seconds: int = setting(
+        600, "Attribution window start, before a failed job's end (paper: 10 min)."
+    )
+    attribution_after_seconds: int = setting(
+        300, "Attribution window end, after a failed job's end (paper: 5 min)."
+    )
+    ecc_keep_interval_seconds: int = setting(
+        3600, "ECC samples that change nothing are stored at most this often per GPU."
+    )
+    dead_letter_max_ratio: float = setting(
+        0.5, "Stop loudly when more than this fraction of a source's records are dead letters."
+    )
+    dead_letter_min_records: int = setting(
+        200, "Records of a source seen before the dead-letter ratio is enforced."
+    )
+    sink_batch_rows: int = setting(50_000, "Rows buffered per table before a ClickHouse insert.")
+    checkpoint_write_minutes: float = setting(2.0, "ETTR guidance: time to write one checkpoint (w_cp).")
+    restart_overhead_minutes: float = setting(
+        10.0, "ETTR guidance: time lost to restart a job after a failure (u0)."
+    )
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Read ``FAULTSTREAM_<FIELD>`` variables; keyword overrides (CLI flags) win when not None."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for spec in fields(cls):
+            name = ENV_PREFIX + spec.name.upper()
+            if name not in env:
+                continue
+            raw = env[name]
+            try:
+                if spec.type in ("int", int):
+                    values[spec.name] = int(raw)
+                elif spec.type in ("float", float):
+                    values[spec.name] = float(raw)
+                else:
+                    values[spec.name] = raw
+            except ValueError:
+                raise SettingsError(f"{name}={raw!r}: expected {spec.type}") from None
+        values.update({key: value for key, value in overrides.items() if value is not None})
+        settings = cls(**values)
+        settings.core_config()  # validate the derived values now, not in the middle of a run
+        return settings
+
+    def with_overrides(self, **overrides: Any) -> Settings:
+        """Return a copy with the given (non-None) fields replaced."""
+        return replace(self, **{key: value for key, value in overrides.items() if value is not None})
+
+    @property
+    def dsn(self) -> str:
+        """The ClickHouse DSN to use: the configured one, or the embedded store in ``data_dir``."""
+        if self.clickhouse_dsn:
+            return self.clickhouse_dsn
+        return "chdb://" + str(Path(self.data_dir).resolve())
+
+    @property
+    def is_embedded(self) -> bool:
+        """True when the store is chdb in this process."""
+        return self.dsn.startswith("chdb:")
+
+    @property
+    def reference_sizes(self) -> tuple[int, ...]:
+        """Reference job sizes as integers."""
+        return _ints(self.reference_job_sizes)
+
+    def core_config(self) -> CoreConfig:
+        """The detection core's configuration."""
+        try:
+            windows = _ints(self.windows_seconds)
+            buckets = SizeBuckets(_ints(self.size_buckets))
+            if not windows or any(w <= 0 for w in windows):
+                raise ValueError("window lengths must be positive seconds")
+            _ints(self.reference_job_sizes)
+        except ValueError as exc:
+            raise SettingsError(f"invalid window, bucket or job-size list: {exc}") from None
+        return CoreConfig(
+            windows_s=windows,
+            size_buckets=buckets,
+            allowed_lateness_ms=self.allowed_lateness_seconds * 1000,
+            quiet_period_ms=self.quiet_period_seconds * 1000,
+            attribution_before_ms=self.attribution_before_seconds * 1000,
+            attribution_after_ms=self.attribution_after_seconds * 1000,
+            gpus_per_node=self.gpus_per_node,
+            ecc_keep_interval_ms=self.ecc_keep_interval_seconds * 1000,
+        )
+
+    @classmethod
+    def reference(cls) -> list[tuple[str, str, str]]:
+        """``(environment variable, default, description)`` for every setting."""
+        return [
+            (ENV_PREFIX + spec.name.upper(), repr(spec.default), spec.metadata.get("doc", ""))
+            for spec in fields(cls)
+        ]

@@ -1,0 +1,257 @@
+"""The ClickHouse sink: ``add()`` per record into a per-partition batch, ``flush()`` at commit.
+
+Shaped like quix-streams' batching sinks. Records are turned into rows when added and inserted
+table by table, column-oriented, when flushed. A failed flush raises :class:`SinkFlushError` and
+keeps the batch: the caller must not commit the offsets it covers and retries later (backpressure,
+not loss). Every table is a ReplacingMergeTree keyed by a deterministic id, so a flush that is
+retried after a partial success, or a replay of the same input, leaves each fact once.
+
+Within a batch, only the newest version of an incident or of an MTTF partial row is kept: a
+storm of updates to one incident becomes one row per flush.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from clickhouse_connect.driver.client import Client
+
+from detectors.core import EccRow, Emitted
+from detectors.xid_catalog import classify_xid
+from schemas.outputs import DeadLetter, Incident, JobAttribution, MttfPartial
+from schemas.records import ECC_COUNTERS, JobEvent, XidEvent
+
+__all__ = ["ClickHouseSink", "SinkFlushError"]
+
+
+class SinkFlushError(RuntimeError):
+    """A flush failed; the batch is kept. ``retry_after`` suggests when to try again (seconds)."""
+
+    def __init__(self, message: str, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+_COLUMNS: dict[str, tuple[str, ...]] = {
+    "xid_events": (
+        "event_id", "ts", "cluster", "node", "pci_bus_id", "gpu", "xid", "xid_name", "category",
+        "severity", "hardware", "pid", "process", "message", "source",
+    ),
+    "job_events": (
+        "ts", "cluster", "job_id", "state", "start", "end", "nodes", "num_nodes", "gpus", "exit_code",
+        "name", "user", "source",
+    ),
+    "ecc_samples": (
+        "ts", "cluster", "node", "gpu_key", "gpu", "pci_bus_id", *ECC_COUNTERS, "sbe_delta", "dbe_delta",
+        "counter_reset",
+    ),
+    "incidents": (
+        "incident_id", "version", "kind", "severity", "status", "cluster", "node", "gpu", "first_evidence",
+        "last_evidence", "detected", "detector", "score", "action", "summary", "evidence", "evidence_count",
+    ),
+    "job_attributions": (
+        "cluster", "job_id", "state", "start", "end", "num_nodes", "gpus", "size_bucket", "hardware",
+        "evidence_nodes", "evidence_xids", "evidence_kinds", "incident_id", "gpu_hours",
+    ),
+    "mttf_partials": (
+        "window_seconds", "window_start", "cluster", "size_bucket", "size_bucket_min_gpus", "job_id",
+        "run_start", "node_hours", "gpu_hours", "job_hours", "jobs_ended", "jobs_failed", "failures",
+        "version",
+    ),
+    "dead_letters": ("source", "location", "reason", "record_kind", "event_ts", "raw", "recorded_at"),
+}  # fmt: skip
+
+
+def _xid_row(event: XidEvent) -> list[Any]:
+    info = classify_xid(event.xid)
+    return [
+        event.event_id, event.ts_ms, event.cluster, event.node, event.pci_bus_id, event.gpu, event.xid,
+        info.name, info.category.value, info.severity.value, info.hardware, event.pid, event.process,
+        event.message, event.source,
+    ]  # fmt: skip
+
+
+def _job_row(event: JobEvent) -> list[Any]:
+    return [
+        event.ts_ms, event.cluster, event.job_id, event.state.value, event.start_ms, event.end_ms,
+        list(event.nodes), len(event.nodes), event.gpus, event.exit_code, event.name, event.user,
+        event.source,
+    ]  # fmt: skip
+
+
+def _ecc_row(row: EccRow) -> list[Any]:
+    sample, deltas = row.sample, row.deltas
+    counters = sample.counters
+    sbe = deltas.get("sbe_volatile", deltas.get("sbe_aggregate", 0))
+    dbe = max(deltas.get("dbe_volatile", 0), deltas.get("dbe_aggregate", 0))
+    return [
+        sample.ts_ms, sample.cluster, sample.node, sample.gpu_key, sample.gpu, sample.pci_bus_id,
+        *(counters.get(name) for name in ECC_COUNTERS), sbe, dbe, row.reset,
+    ]  # fmt: skip
+
+
+def _incident_row(incident: Incident) -> list[Any]:
+    return [
+        incident.incident_id, incident.version, incident.kind, incident.severity.value, incident.status.value,
+        incident.cluster, incident.node, incident.gpu, incident.first_evidence_ms, incident.last_evidence_ms,
+        incident.detected_ms, incident.detector, incident.score, incident.action, incident.summary,
+        orjson.dumps(incident.evidence, option=orjson.OPT_SORT_KEYS).decode(), incident.evidence_count,
+    ]  # fmt: skip
+
+
+def _attribution_row(item: JobAttribution) -> list[Any]:
+    return [
+        item.cluster, item.job_id, item.state, item.start_ms, item.end_ms, item.num_nodes, item.gpus,
+        item.size_bucket, item.hardware, list(item.evidence_nodes), list(item.evidence_xids),
+        list(item.evidence_kinds), item.incident_id, item.gpu_hours,
+    ]  # fmt: skip
+
+
+def _mttf_row(item: MttfPartial) -> list[Any]:
+    return [
+        item.window_seconds, item.window_start_ms, item.cluster, item.size_bucket, item.size_bucket_min_gpus,
+        item.job_id, item.run_start_ms, item.node_hours, item.gpu_hours, item.job_hours, item.jobs_ended,
+        item.jobs_failed, item.failures, item.version,
+    ]  # fmt: skip
+
+
+def _dead_letter_row(item: DeadLetter) -> list[Any]:
+    return [
+        item.source, item.location, item.reason, item.record_kind, item.event_ms,
+        item.raw.decode("utf-8", "replace"), int(time.time() * 1000),
+    ]  # fmt: skip
+
+
+@dataclass(slots=True)
+class _Batch:
+    rows: dict[str, list[list[Any]]] = field(default_factory=lambda: {table: [] for table in _COLUMNS})
+    incidents: dict[str, Incident] = field(default_factory=dict)
+    mttf: dict[tuple[Any, ...], MttfPartial] = field(default_factory=dict)
+
+    def size(self) -> int:
+        return sum(len(rows) for rows in self.rows.values()) + len(self.incidents) + len(self.mttf)
+
+
+@dataclass(frozen=True, slots=True)
+class FlushStats:
+    """What one flush wrote."""
+
+    rows: int
+    seconds: float
+
+
+class ClickHouseSink:
+    """Batching, idempotent writer of every faultstream table.
+
+    Parameters
+    ----------
+    client
+        A clickhouse-connect client (chdb or server).
+    database
+        Database holding the tables.
+    batch_rows
+        :meth:`should_flush` turns true when a partition's batch holds this many rows.
+    on_flush
+        Called with :class:`FlushStats` after each successful flush (metrics).
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        database: str,
+        batch_rows: int = 50_000,
+        on_flush: Callable[[FlushStats], None] | None = None,
+    ) -> None:
+        self.client = client
+        self.database = database
+        self.batch_rows = batch_rows
+        self.on_flush = on_flush
+        self._batches: dict[int, _Batch] = {}
+        self.rows_written = 0
+
+    def _batch(self, partition: int) -> _Batch:
+        batch = self._batches.get(partition)
+        if batch is None:
+            batch = self._batches[partition] = _Batch()
+        return batch
+
+    def add(self, item: object, partition: int = 0) -> None:
+        """Add one record of any faultstream output or raw-event type to the partition's batch."""
+        batch = self._batch(partition)
+        if isinstance(item, XidEvent):
+            batch.rows["xid_events"].append(_xid_row(item))
+        elif isinstance(item, EccRow):
+            batch.rows["ecc_samples"].append(_ecc_row(item))
+        elif isinstance(item, JobEvent):
+            batch.rows["job_events"].append(_job_row(item))
+        elif isinstance(item, Incident):
+            known = batch.incidents.get(item.incident_id)
+            if known is None or item.version >= known.version:
+                batch.incidents[item.incident_id] = item
+        elif isinstance(item, MttfPartial):
+            key = (item.cluster, item.window_seconds, item.window_start_ms, item.job_id, item.run_start_ms)
+            known_row = batch.mttf.get(key)
+            if known_row is None or item.version >= known_row.version:
+                batch.mttf[key] = item
+        elif isinstance(item, JobAttribution):
+            batch.rows["job_attributions"].append(_attribution_row(item))
+        elif isinstance(item, DeadLetter):
+            batch.rows["dead_letters"].append(_dead_letter_row(item))
+        else:
+            raise TypeError(f"ClickHouseSink cannot store {type(item).__name__}")
+
+    def add_emitted(self, emitted: Emitted, partition: int = 0) -> None:
+        """Add everything the detection core emitted."""
+        for group in (emitted.ecc_rows, emitted.incidents, emitted.attributions, emitted.mttf):
+            self.add_all(group, partition)
+
+    def add_all(self, items: Iterable[object], partition: int = 0) -> None:
+        """Add several records."""
+        for item in items:
+            self.add(item, partition)
+
+    def pending_rows(self, partition: int | None = None) -> int:
+        """Rows waiting in one partition's batch, or in all of them."""
+        if partition is not None:
+            batch = self._batches.get(partition)
+            return batch.size() if batch else 0
+        return sum(batch.size() for batch in self._batches.values())
+
+    def should_flush(self, partition: int = 0) -> bool:
+        """True when the partition's batch is full."""
+        return self.pending_rows(partition) >= self.batch_rows
+
+    def flush(self, partition: int | None = None) -> int:
+        """Insert the batch of one partition (or all); return the rows written.
+
+        On failure the batch is kept untouched and :class:`SinkFlushError` is raised: the caller
+        must not commit, and may call ``flush`` again. Rows already inserted by a failed flush are
+        inserted again on retry; the ReplacingMergeTree keys make that harmless.
+        """
+        partitions = list(self._batches) if partition is None else [partition]
+        started = time.perf_counter()
+        written = 0
+        for number in partitions:
+            batch = self._batches.get(number)
+            if batch is None:
+                continue
+            tables = dict(batch.rows)
+            tables["incidents"] = [_incident_row(item) for item in batch.incidents.values()]
+            tables["mttf_partials"] = [_mttf_row(item) for item in batch.mttf.values()]
+            for table, rows in tables.items():
+                if not rows:
+                    continue
+                try:
+                    self.client.insert(f"{self.database}.{table}", rows, column_names=list(_COLUMNS[table]))
+                except Exception as exc:
+                    raise SinkFlushError(f"insert into {self.database}.{table} failed: {exc}") from exc
+                written += len(rows)
+            del self._batches[number]
+        self.rows_written += written
+        if self.on_flush is not None and written:
+            self.on_flush(FlushStats(written, time.perf_counter() - started))
+        return written

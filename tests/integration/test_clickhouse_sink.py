@@ -1,0 +1,104 @@
+"""The ClickHouse sink against the real engine (chdb): idempotence, latest versions, failed flushes."""
+
+import pytest
+
+from detectors.core import CoreConfig, DetectionCore
+from schemas.outputs import DeadLetter
+from schemas.records import EccSample, JobEvent, JobState, XidEvent
+from stream.sinks.clickhouse import ClickHouseSink, SinkFlushError
+
+T0 = 1_704_067_200_000
+MIN = 60_000
+
+
+def records():
+    return [
+        JobEvent(ts_ms=T0, cluster="c", job_id="j1", state=JobState.RUNNING, nodes=("n1", "n2"), gpus=16, start_ms=T0),
+        EccSample(ts_ms=T0, cluster="c", node="n1", gpu=0, pci_bus_id="0000:07:00", counters={"dbe_volatile": 0}),
+        *[XidEvent(ts_ms=T0 + i * MIN, cluster="c", node="n1", xid=79, pci_bus_id="0000:07:00") for i in range(1, 6)],
+        EccSample(ts_ms=T0 + 10 * MIN, cluster="c", node="n1", gpu=0, pci_bus_id="0000:07:00", counters={"dbe_volatile": 2}),
+        JobEvent(ts_ms=T0 + 12 * MIN, cluster="c", job_id="j1", state=JobState.FAILED, nodes=("n1", "n2"), gpus=16,
+                 start_ms=T0, end_ms=T0 + 12 * MIN),
+        XidEvent(ts_ms=T0 + 3 * 60 * MIN, cluster="c", node="n5", xid=13),
+    ]  # fmt: skip
+
+
+def write_all(sink):
+    core = DetectionCore(CoreConfig())
+    for record in records():
+        assert core.process(record)
+        if not isinstance(record, EccSample):
+            sink.add(record)
+        sink.add_emitted(core.drain())
+    sink.add_emitted(core.finish())
+    sink.flush()
+
+
+def scalar(client, sql):
+    return client.query(sql).result_rows[0][0]
+
+
+def test_writing_twice_leaves_each_fact_once(store):
+    client, settings = store
+    db = settings.database
+    write_all(ClickHouseSink(client, db))
+    write_all(ClickHouseSink(client, db))
+    assert scalar(client, f"SELECT count() FROM {db}.xid_events FINAL") == 6
+    assert scalar(client, f"SELECT count() FROM {db}.incidents FINAL") == scalar(
+        client, f"SELECT uniqExact(incident_id) FROM {db}.incidents"
+    )
+    kinds = client.query(
+        f"SELECT kind, status, evidence_count FROM {db}.incidents FINAL ORDER BY kind"
+    ).result_rows
+    assert kinds == [
+        ("gpu_bus", "resolved", 5),
+        ("gpu_memory", "resolved", 1),
+        ("job_hw_failure", "resolved", 5),
+    ]
+    assert (
+        scalar(client, f"SELECT sum(failures) FROM {db}.mttf_windows WHERE size_bucket = 'all'") == 2
+    )  # 1 h + 1 d
+    node_hours = scalar(
+        client,
+        f"SELECT sum(node_hours) FROM {db}.mttf_windows WHERE window_seconds = 3600 AND size_bucket = 'all'",
+    )
+    assert node_hours == pytest.approx(2 * 12 / 60)
+    rf = scalar(
+        client,
+        f"SELECT rf_per_1000_node_days FROM {db}.mttf_windows WHERE window_seconds = 86400 AND size_bucket = '8-63'",
+    )
+    assert rf == pytest.approx(1000 / (0.4 / 24))
+    assert scalar(client, f"SELECT hardware FROM {db}.job_attributions FINAL") is True
+
+
+def test_only_the_newest_incident_version_is_kept_in_a_batch(store):
+    client, settings = store
+    sink = ClickHouseSink(client, settings.database)
+    write_all(sink)
+    raw_rows = scalar(client, f"SELECT count() FROM {settings.database}.incidents")
+    assert raw_rows == 3  # five XID 79 updates collapsed into one row before the insert
+
+
+class FailingClient:
+    def __init__(self, real, failures):
+        self.real, self.failures = real, failures
+
+    def insert(self, *args, **kwargs):
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionError("ClickHouse is down")
+        return self.real.insert(*args, **kwargs)
+
+
+def test_failed_flush_keeps_the_batch_and_a_retry_writes_it(store):
+    client, settings = store
+    sink = ClickHouseSink(FailingClient(client, failures=1), settings.database)
+    sink.add(XidEvent(ts_ms=T0, cluster="c", node="n1", xid=79))
+    sink.add(DeadLetter("f.log", "line 3", "unparseable XID line", b"\xffNVRM: Xid (PCI", "xid"))
+    with pytest.raises(SinkFlushError, match="ClickHouse is down"):
+        sink.flush()
+    assert sink.pending_rows() == 2
+    assert sink.flush() == 2
+    assert sink.pending_rows() == 0
+    raw = scalar(client, f"SELECT raw FROM {settings.database}.dead_letters")
+    assert "NVRM: Xid (PCI" in raw

@@ -1,0 +1,77 @@
+"""The hand-written validators agree with the published JSON Schemas."""
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from schemas.records import EccSample, InvalidRecord, JobEvent, JobState, XidEvent, normalize_pci_bus_id
+
+SCHEMAS = Path(__file__).resolve().parents[3] / "schemas" / "jsonschema"
+
+CASES = [
+    (XidEvent, "xid_event", {"ts": "2024-01-15T10:23:45Z", "cluster": "c", "node": "n1", "xid": 79}, True),
+    (XidEvent, "xid_event", {"ts": 1705314225000, "cluster": "c", "node": "n1", "xid": 79,
+                             "pci_bus_id": "00000000:3B:00.0", "gpu": 3, "pid": 12, "process": "python"}, True),
+    (XidEvent, "xid_event", {"ts": "2024-01-15T10:23:45Z", "cluster": "c", "node": "n1"}, False),
+    (XidEvent, "xid_event", {"ts": "2024-01-15T10:23:45Z", "cluster": "c", "node": "n1", "xid": "79"}, False),
+    (XidEvent, "xid_event", {"ts": "2024-01-15T10:23:45Z", "cluster": "c", "node": "", "xid": 79}, False),
+    (XidEvent, "xid_event", {"ts": "2024-01-15T10:23:45Z", "cluster": "c", "node": "n", "xid": 0}, False),
+    (XidEvent, "xid_event", {"ts": "2024-01-15T10:23:45Z", "cluster": "c", "node": "n", "xid": 79,
+                             "pci_bus_id": "nonsense"}, False),
+    (EccSample, "ecc_sample", {"ts": "2024-01-15T10:00:00Z", "cluster": "c", "node": "n", "gpu": 0,
+                               "counters": {"sbe_volatile": 3, "dbe_volatile": 0}}, True),
+    (EccSample, "ecc_sample", {"ts": "2024-01-15T10:00:00Z", "cluster": "c", "node": "n",
+                               "pci_bus_id": "0000:07:00", "counters": {}}, True),
+    (EccSample, "ecc_sample", {"ts": "2024-01-15T10:00:00Z", "cluster": "c", "node": "n",
+                               "counters": {"sbe_volatile": 3}}, False),
+    (EccSample, "ecc_sample", {"ts": "2024-01-15T10:00:00Z", "cluster": "c", "node": "n", "gpu": 0,
+                               "counters": {"sbe_volatile": -1}}, False),
+    (EccSample, "ecc_sample", {"ts": "2024-01-15T10:00:00Z", "cluster": "c", "node": "n", "gpu": 0,
+                               "counters": {"bogus": 1}}, False),
+    (JobEvent, "job_event", {"ts": "2024-01-15T10:00:00Z", "cluster": "c", "job_id": "17", "state": "FAILED",
+                             "nodes": ["n1", "n2"], "gpus": 16, "start": "2024-01-15T08:00:00Z",
+                             "end": "2024-01-15T10:00:00Z", "exit_code": "1:0"}, True),
+    (JobEvent, "job_event", {"ts": 0, "cluster": "c", "job_id": 17, "state": "running"}, True),
+    (JobEvent, "job_event", {"ts": 0, "cluster": "c", "job_id": "17", "state": "EXPLODED"}, False),
+    (JobEvent, "job_event", {"ts": 0, "cluster": "c", "job_id": "17", "state": "FAILED", "nodes": "n1"}, False),
+    (JobEvent, "job_event", {"ts": "yesterday", "cluster": "c", "job_id": "17", "state": "FAILED"}, False),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("record_type", "schema_name", "document", "valid"), CASES)
+def test_validator_agrees_with_json_schema(record_type, schema_name, document, valid):
+    schema = json.loads((SCHEMAS / f"{schema_name}.schema.json").read_text())
+    validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
+    schema_says = validator.is_valid(document)
+    try:
+        record_type.from_dict(document)
+        ours = True
+    except InvalidRecord:
+        ours = False
+    assert (schema_says, ours) == (valid, valid)
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        XidEvent(ts_ms=1705314225123, cluster="c", node="n1", xid=48, pci_bus_id="0000:3b:00", gpu=2, pid=7,
+                 process="python", message="DBE"),
+        EccSample(ts_ms=1705314225000, cluster="c", node="n1", gpu=1, pci_bus_id="0000:07:00",
+                  counters={"sbe_volatile": 5, "remap_failure": 1}),
+        JobEvent(ts_ms=1705314225000, cluster="c", job_id="9_1", state=JobState.NODE_FAIL, nodes=("a", "b"),
+                 gpus=16, start_ms=1705310000000, end_ms=1705314225000, exit_code="0:9"),
+    ],
+)  # fmt: skip
+def test_round_trip_through_json(record):
+    assert type(record).from_dict(json.loads(json.dumps(record.to_dict()))) == record
+
+
+def test_invalid_record_names_the_field():
+    with pytest.raises(InvalidRecord, match="field 'xid' must be an integer"):
+        XidEvent.from_dict({"ts": 0, "cluster": "c", "node": "n", "xid": "79"})
+
+
+def test_pci_bus_ids_of_kernel_and_dcgm_agree():
+    assert normalize_pci_bus_id("PCI:0000:3B:00") == normalize_pci_bus_id("00000000:3b:00.0") == "0000:3b:00"
