@@ -210,7 +210,8 @@ SELECT
     if(failures > 0, job_hours / failures, NULL) AS mttf_hours,
     {projections}
 FROM (
-    SELECT window_seconds, window_start, cluster, size_bucket, min(size_bucket_min_gpus) AS size_bucket_min_gpus,
+    SELECT window_seconds, window_start, cluster, size_bucket,
+        min(size_bucket_min_gpus) AS size_bucket_min_gpus,
         {sums}
     FROM {db}.mttf_partials FINAL
     GROUP BY window_seconds, window_start, cluster, size_bucket

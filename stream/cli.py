@@ -94,6 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--ecc-interval-minutes", type=int, help="DCGM scrape period (default 360)")
     simulate.add_argument("--out", type=Path, required=True, help="output folder")
 
+    query = commands.add_parser("query", help="run SQL on the store and print the rows as JSON Lines")
+    query.add_argument("sql", help="a SELECT; tables live in database `faultstream` (FAULTSTREAM_DATABASE)")
+    _store_arguments(query)
+
     commands.add_parser("config", help="list every setting, its environment variable and default")
     return parser
 
@@ -255,6 +259,15 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_query(args: argparse.Namespace) -> int:
+    from stream.store import connect, query_rows
+
+    settings = _settings(args)
+    for row in query_rows(connect(settings), args.sql):
+        sys.stdout.write(orjson.dumps(row, default=str).decode() + "\n")
+    return 0
+
+
 def _cmd_config(_args: argparse.Namespace) -> int:
     for name, default, doc in Settings.reference():
         sys.stdout.write(f"{name} (default {default})\n    {doc}\n")
@@ -269,6 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "report": _cmd_report,
         "init-db": _cmd_init_db,
         "simulate": _cmd_simulate,
+        "query": _cmd_query,
         "config": _cmd_config,
     }
     try:

@@ -198,14 +198,8 @@ def replay(
         stats = SourceStats(str(path), chosen.value)
         summary.sources.append(stats)
         parsed = parse_lines(reader, chosen, options, str(path))
-        streams.append(
-            (
-                (ts, seq, item, stats)
-                for ts, seq, item in _ordered(
-                    parsed, settings.allowed_lateness_seconds * 1000, chosen is Format.SACCT
-                )
-            )
-        )
+        ordered = _ordered(parsed, settings.allowed_lateness_seconds * 1000, sort_all=chosen is Format.SACCT)
+        streams.append(_tagged(ordered, stats))
     total_bytes = sum(path.stat().st_size for path in files)
 
     def dead_letter(letter: DeadLetter, stats: SourceStats) -> None:
@@ -234,8 +228,8 @@ def replay(
                 stats.late += 1
                 watermark = core.watermark_ms or 0
                 reason = (
-                    f"late: event time {format_ts(item.ts_ms)} is older than the watermark "
-                    f"{format_ts(watermark)} (allowed lateness {settings.allowed_lateness_seconds}s)"
+                    f"late event (event time {format_ts(item.ts_ms)} is older than the watermark "
+                    f"{format_ts(watermark)}; allowed lateness {settings.allowed_lateness_seconds}s)"
                 )
                 dead_letter(
                     DeadLetter(

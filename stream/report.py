@@ -52,8 +52,8 @@ def build_report(client: Client, settings: Settings, top: int = 20) -> dict[str,
         row["first_evidence"] = str(row["first_evidence"])
     dead_letters = query_rows(
         client,
-        f"""SELECT splitByChar(':', reason)[1] AS reason, count() AS n
-        FROM {db}.dead_letters FINAL GROUP BY reason ORDER BY n DESC LIMIT 10""",
+        f"""SELECT substring(splitByString(' (', reason)[1], 1, 100) AS reason_class, count() AS n
+        FROM {db}.dead_letters FINAL GROUP BY reason_class ORDER BY n DESC LIMIT 10""",
     )
     attribution = query_rows(
         client,
@@ -73,7 +73,7 @@ def build_report(client: Client, settings: Settings, top: int = 20) -> dict[str,
             f"""SELECT size_bucket, min(size_bucket_min_gpus) AS min_gpus, sum(node_hours) AS node_hours,
                    sum(gpu_hours) AS gpu_hours, sum(job_hours) AS job_hours, sum(jobs_ended) AS jobs_ended,
                    sum(jobs_failed) AS jobs_failed, sum(failures) AS failures,
-                   quantileExactIf(0.5)(rf_per_1000_node_days, node_hours > 0) AS median_window_rf
+                   quantileExact(0.5)(rf_per_1000_node_days) AS median_window_rf
             FROM {db}.mttf_windows WHERE window_seconds = {int(seconds)}
             GROUP BY size_bucket ORDER BY size_bucket = 'all', min_gpus""",
         )
@@ -236,6 +236,6 @@ def render_text(report: dict[str, Any]) -> str:
         out.append("")
         out.append(
             "Dead letters by reason: "
-            + ", ".join(f"{r['reason']} ({r['n']:,})" for r in report["dead_letter_reasons"])
+            + ", ".join(f"{r['reason_class']} ({r['n']:,})" for r in report["dead_letter_reasons"])
         )
     return "\n".join(out)

@@ -20,11 +20,20 @@ import orjson
 from schemas.outputs import DeadLetter
 from schemas.records import InvalidRecord
 
-__all__ = ["DeadLetterFile", "DeadLetterLimitExceeded", "DeadLetterPolicy", "to_dead_letter"]
+__all__ = ["DeadLetterFile", "DeadLetterLimitExceeded", "DeadLetterPolicy", "reason_class", "to_dead_letter"]
 
 
 class DeadLetterLimitExceeded(RuntimeError):
     """Too large a share of one source's records were bad; the run stops with this message."""
+
+
+def reason_class(reason: str) -> str:
+    """The reason without its particulars, for counting: the text before the first ``" ("``.
+
+    >>> reason_class("late event (event time 2024-01-01T00:00:00.000Z is older than ...)")
+    'late event'
+    """
+    return reason.split(" (", 1)[0][:100]
 
 
 def to_dead_letter(
@@ -71,8 +80,7 @@ class DeadLetterPolicy:
     def bad(self, source: str, reason: str) -> None:
         """Count a dead letter."""
         self.bad_by_source[source] += 1
-        # Reasons are grouped by their first clause so that values in them do not split counts.
-        self.reasons[reason.split(":")[0]] += 1
+        self.reasons[reason_class(reason)] += 1
 
     def check(self, source: str) -> None:
         """Raise :class:`DeadLetterLimitExceeded` if ``source`` is over the limit."""

@@ -1,0 +1,84 @@
+"""Embedded replay speed next to the speed of merely reading and decoding the same files.
+
+SPEC 6 target: replay (files -> detectors -> embedded ClickHouse) at no less than a third of the
+speed of reading and decoding the files. Both are measured in one run on the same files, and
+the ratio is what to compare (these machines are noisy).
+
+    python benchmarks/replay_throughput.py --simulate --nodes 1000 --days 30 --seed 1 --workdir /tmp/bench
+    python benchmarks/replay_throughput.py --workdir /tmp/bench FILE...
+
+The decode baseline parses every line into validated records (the cheapest a pipeline can
+be); the replay adds the event-time merge, the detection core and the ClickHouse inserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from stream.parsers.options import ParseOptions
+from stream.replay import read_records, replay
+from stream.settings import Settings
+from stream.store import connect
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("files", nargs="*", type=Path)
+    parser.add_argument("--workdir", type=Path, required=True, help="simulation output and the store go here")
+    parser.add_argument("--simulate", action="store_true", help="simulate the input first")
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--days", type=float, default=30)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+
+    files = list(args.files)
+    if args.simulate:
+        from stream.simulator import SimulationConfig, simulate
+
+        sim_dir = args.workdir / "sim"
+        started = time.perf_counter()
+        truth = simulate(SimulationConfig(nodes=args.nodes, days=args.days, seed=args.seed), sim_dir)
+        print(
+            f"simulated {args.nodes} nodes x {args.days} days in {time.perf_counter() - started:.1f} s "
+            f"(true r_f {truth.true_rf_per_1000_node_days:.3f} per 1000 node-days)"
+        )
+        files = sorted(p for p in sim_dir.iterdir() if p.name != "truth.json")
+    if not files:
+        parser.error("give input files or --simulate")
+    size = sum(p.stat().st_size for p in files)
+    print(f"input: {len(files)} files, {size / 1e6:,.1f} MB")
+
+    options = ParseOptions(cluster="bench")
+    started = time.perf_counter()
+    decoded = 0
+    for path in files:
+        for _ in read_records(path, options):
+            decoded += 1
+    decode_s = time.perf_counter() - started
+    print(f"read+decode: {decoded:,} records in {decode_s:.2f} s = {decoded / decode_s:,.0f} records/s")
+
+    store = args.workdir / "store"
+    shutil.rmtree(store, ignore_errors=True)
+    settings = Settings(clickhouse_dsn=f"chdb://{store.resolve()}")
+    client = connect(settings)
+    started = time.perf_counter()
+    summary = replay(files, settings, client, options)
+    replay_s = time.perf_counter() - started
+    handled = summary.events + summary.dead_letters
+    print(
+        f"replay:      {handled:,} records in {replay_s:.2f} s = {handled / replay_s:,.0f} records/s "
+        f"({summary.rows_written:,} rows written, {len(summary.incidents):,} incidents)"
+    )
+    ratio = (handled / replay_s) / (decoded / decode_s)
+    print(f"ratio replay/decode = {ratio:.2f} (target >= 0.33)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,306 @@
+"""Ground truth of a simulation (``truth.json``): what the detectors should find.
+
+The file holds the configuration, the span, the true failure rate and its parts (exposure,
+hardware-attributed job failures), every planted fault, every job that did not complete, and
+the XID counts of ``kernel.log``. Times are ISO 8601 UTC strings (:func:`schemas.timeutil.format_ts`).
+
+The ``faults`` list is open-ended: each fault has a ``kind`` (``critical_hw`` today; later kinds
+such as ``ecc_degradation``, ``xid_storm`` or ``lemon_node`` may leave ``gpu``/``xid`` empty and
+carry their own fields), and keys this module does not know are kept in ``details``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from schemas.records import JobState
+from schemas.timeutil import format_ts, parse_ts
+from stream.simulator.model import ClusterHistory, SimulationConfig, pci_bus_id
+
+__all__ = ["FaultTruth", "JobFailureTruth", "Truth", "build_truth"]
+
+
+# Keys of a fault's JSON form that are fields of FaultTruth; any other key is a detail.
+_FAULT_KEYS = frozenset(
+    ("fault_id", "kind", "node", "gpu", "pci_bus_id", "xid", "xids", "onset", "job_id", "repaired")
+)
+
+
+def _opt_ts(value: object) -> int | None:
+    return None if value is None else parse_ts(value)
+
+
+@dataclass(frozen=True, slots=True)
+class FaultTruth:
+    """One planted fault.
+
+    Attributes
+    ----------
+    fault_id
+        Stable id within the run (``hw-000001``, in onset order).
+    kind
+        ``critical_hw`` for a hardware fault that needs a drain/reset/RMA at once.
+    node
+        Node name.
+    onset_ms
+        Time of the first evidence (the first XID line; kernel lines carry microseconds whose
+        sub-millisecond part is below 400, so rounding to ms gives exactly this).
+    gpu, pci_bus_id
+        The GPU, when the fault has one.
+    xid
+        The XID at the onset; ``xids`` lists every XID the fault logged.
+    job_id
+        Job running on the node at the onset, if any (it is killed unless already dying).
+    repaired_ms
+        When the node returned to service and rebooted; ``None`` if after the span.
+    details
+        Kind-specific extras (``template``, ``killed_job``, ``gpu_replaced`` ...).
+    """
+
+    fault_id: str
+    kind: str
+    node: str
+    onset_ms: int
+    gpu: int | None = None
+    pci_bus_id: str = ""
+    xid: int | None = None
+    xids: tuple[int, ...] = ()
+    job_id: str | None = None
+    repaired_ms: int | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON form (``onset``/``repaired`` as ISO strings, details merged in)."""
+        out: dict[str, Any] = {
+            "fault_id": self.fault_id,
+            "kind": self.kind,
+            "node": self.node,
+            "gpu": self.gpu,
+            "pci_bus_id": self.pci_bus_id,
+            "xid": self.xid,
+            "xids": list(self.xids),
+            "onset": format_ts(self.onset_ms),
+            "job_id": self.job_id,
+            "repaired": None if self.repaired_ms is None else format_ts(self.repaired_ms),
+        }
+        out.update(self.details)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> FaultTruth:
+        """Inverse of :meth:`to_dict`; unknown keys go to ``details``."""
+        return cls(
+            fault_id=str(data["fault_id"]),
+            kind=str(data["kind"]),
+            node=str(data["node"]),
+            onset_ms=parse_ts(data["onset"]),
+            gpu=data.get("gpu"),
+            pci_bus_id=data.get("pci_bus_id") or "",
+            xid=data.get("xid"),
+            xids=tuple(data.get("xids") or ()),
+            job_id=data.get("job_id"),
+            repaired_ms=_opt_ts(data.get("repaired")),
+            details={key: value for key, value in data.items() if key not in _FAULT_KEYS},
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class JobFailureTruth:
+    """A job that ended within the span in a state other than COMPLETED.
+
+    ``hardware`` is True when a planted fault killed it (``fault_id`` names the fault); only
+    those count as failures in the failure rate.
+    """
+
+    job_id: str
+    state: JobState
+    end_ms: int
+    hardware: bool
+    nodes: tuple[str, ...]
+    gpus: int
+    fault_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON form."""
+        return {
+            "job_id": self.job_id,
+            "state": self.state.value,
+            "end": format_ts(self.end_ms),
+            "hardware": self.hardware,
+            "nodes": list(self.nodes),
+            "gpus": self.gpus,
+            "fault_id": self.fault_id,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> JobFailureTruth:
+        """Inverse of :meth:`to_dict`."""
+        return cls(
+            job_id=str(data["job_id"]),
+            state=JobState(data["state"]),
+            end_ms=parse_ts(data["end"]),
+            hardware=bool(data["hardware"]),
+            nodes=tuple(data["nodes"]),
+            gpus=int(data["gpus"]),
+            fault_id=data.get("fault_id"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Truth:
+    """Ground truth of one simulation run.
+
+    Attributes
+    ----------
+    true_rf_per_1000_node_days
+        ``1000 x hardware_failures / exposure_node_days``.
+    exposure_node_days
+        Node-days of all runs within the span, each ending at its end or at the span's end.
+    hardware_failures
+        Jobs killed by a planted fault that ended within the span.
+    jobs
+        Jobs in ``sacct.txt`` (all that started).
+    jobs_failed
+        Jobs that ended in a state other than COMPLETED (``len(job_failures)``).
+    utilization
+        Exposure as a share of all node-time of the span.
+    xid_counts
+        XID lines in ``kernel.log`` per code.
+    """
+
+    config: SimulationConfig
+    span_start_ms: int
+    span_end_ms: int
+    true_rf_per_1000_node_days: float
+    exposure_node_days: float
+    hardware_failures: int
+    jobs: int
+    jobs_failed: int
+    utilization: float
+    faults: tuple[FaultTruth, ...]
+    job_failures: tuple[JobFailureTruth, ...]
+    xid_counts: Mapping[int, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON form of ``truth.json``."""
+        return {
+            "config": dataclasses.asdict(self.config),
+            "span": {"start": format_ts(self.span_start_ms), "end": format_ts(self.span_end_ms)},
+            "true_rf_per_1000_node_days": self.true_rf_per_1000_node_days,
+            "exposure_node_days": self.exposure_node_days,
+            "hardware_failures": self.hardware_failures,
+            "jobs": self.jobs,
+            "jobs_failed": self.jobs_failed,
+            "utilization": self.utilization,
+            "faults": [fault.to_dict() for fault in self.faults],
+            "job_failures": [failure.to_dict() for failure in self.job_failures],
+            "xid_counts": {str(code): count for code, count in sorted(self.xid_counts.items())},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Truth:
+        """Inverse of :meth:`to_dict`; configuration keys this version does not know are ignored."""
+        known = {item.name for item in dataclasses.fields(SimulationConfig)}
+        config = SimulationConfig(**{key: value for key, value in data["config"].items() if key in known})
+        return cls(
+            config=config,
+            span_start_ms=parse_ts(data["span"]["start"]),
+            span_end_ms=parse_ts(data["span"]["end"]),
+            true_rf_per_1000_node_days=float(data["true_rf_per_1000_node_days"]),
+            exposure_node_days=float(data["exposure_node_days"]),
+            hardware_failures=int(data["hardware_failures"]),
+            jobs=int(data["jobs"]),
+            jobs_failed=int(data["jobs_failed"]),
+            utilization=float(data.get("utilization", 0.0)),
+            faults=tuple(FaultTruth.from_dict(fault) for fault in data["faults"]),
+            job_failures=tuple(JobFailureTruth.from_dict(failure) for failure in data["job_failures"]),
+            xid_counts={int(code): int(count) for code, count in data["xid_counts"].items()},
+        )
+
+    def write(self, path: Path) -> None:
+        """Write ``truth.json`` (indented, keys in a fixed order: byte-identical for equal truths)."""
+        path.write_bytes(orjson.dumps(self.to_dict(), option=orjson.OPT_INDENT_2) + b"\n")
+
+    @classmethod
+    def load(cls, path: Path) -> Truth:
+        """Read a ``truth.json`` written by :meth:`write`."""
+        return cls.from_dict(orjson.loads(path.read_bytes()))
+
+
+def _fault_id(index: int) -> str:
+    return f"hw-{index + 1:06d}"
+
+
+def build_truth(history: ClusterHistory) -> Truth:
+    """Derive the ground truth of a simulated history.
+
+    Parameters
+    ----------
+    history
+        Output of :func:`stream.simulator.model.run_model`.
+
+    Returns
+    -------
+    Truth
+        Faults in onset order, job failures in end order (then job id).
+    """
+    config = history.config
+    names = config.node_names
+    job_ids = {job.index: job.job_id for job in history.jobs}
+    faults = tuple(
+        FaultTruth(
+            fault_id=_fault_id(fault.index),
+            kind=fault.kind,
+            node=names[fault.node],
+            onset_ms=fault.onset_ms,
+            gpu=fault.gpu,
+            pci_bus_id=pci_bus_id(fault.gpu),
+            xid=fault.xids[0],
+            xids=fault.xids,
+            job_id=job_ids[fault.job_index] if fault.job_index is not None else None,
+            repaired_ms=fault.repaired_ms if fault.repaired_ms <= config.end_ms else None,
+            details={
+                "template": fault.template,
+                "killed_job": fault.killed_job,
+                "gpu_replaced": fault.gpu_replaced,
+            },
+        )
+        for fault in history.faults
+    )
+    failures: list[JobFailureTruth] = []
+    for job in history.jobs:
+        if job.end_ms is None or job.state is JobState.COMPLETED:
+            continue
+        failures.append(
+            JobFailureTruth(
+                job_id=job.job_id,
+                state=job.state,
+                end_ms=job.end_ms,
+                hardware=job.hardware,
+                nodes=tuple(names[node] for node in job.nodes),
+                gpus=job.gpus,
+                fault_id=_fault_id(job.fault_index) if job.fault_index is not None else None,
+            )
+        )
+    failures.sort(key=lambda failure: (failure.end_ms, int(failure.job_id)))
+    return Truth(
+        config=config,
+        span_start_ms=config.start_ms,
+        span_end_ms=config.end_ms,
+        true_rf_per_1000_node_days=history.true_rf_per_1000_node_days,
+        exposure_node_days=history.exposure_node_days,
+        hardware_failures=history.hardware_failures,
+        jobs=len(history.jobs),
+        jobs_failed=len(failures),
+        utilization=history.utilization,
+        faults=faults,
+        job_failures=tuple(failures),
+        xid_counts=dict(sorted(Counter(record.xid for record in history.xids).items())),
+    )

@@ -1,0 +1,78 @@
+"""truth.json: round trip, extensibility, agreement with the model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+
+from schemas.records import JobState
+from stream.simulator import SimulationConfig, simulate
+from stream.simulator.model import run_model
+from stream.simulator.truth import FaultTruth, Truth, build_truth
+
+CONFIG = SimulationConfig(nodes=16, days=3, seed=9, ecc_interval_minutes=240, hardware_failure_rate=200)
+
+
+def test_truth_round_trips_through_json(tmp_path: Path) -> None:
+    truth = simulate(CONFIG, tmp_path)
+    loaded = Truth.load(tmp_path / "truth.json")
+    assert loaded == truth
+    loaded.write(tmp_path / "again.json")
+    assert (tmp_path / "again.json").read_bytes() == (tmp_path / "truth.json").read_bytes()
+
+
+def test_truth_json_has_the_documented_keys(tmp_path: Path) -> None:
+    simulate(CONFIG, tmp_path)
+    data = orjson.loads((tmp_path / "truth.json").read_bytes())
+    assert list(data) == [
+        "config",
+        "span",
+        "true_rf_per_1000_node_days",
+        "exposure_node_days",
+        "hardware_failures",
+        "jobs",
+        "jobs_failed",
+        "utilization",
+        "faults",
+        "job_failures",
+        "xid_counts",
+    ]
+    assert data["span"] == {"start": "2024-01-01T00:00:00.000Z", "end": "2024-01-04T00:00:00.000Z"}
+    fault = data["faults"][0]
+    assert {"fault_id", "kind", "node", "gpu", "pci_bus_id", "xid", "onset", "job_id"} <= fault.keys()
+    assert fault["kind"] == "critical_hw"
+    failure = data["job_failures"][0]
+    assert list(failure) == ["job_id", "state", "end", "hardware", "nodes", "gpus", "fault_id"]
+    assert all(code.isdigit() for code in data["xid_counts"])
+
+
+def test_unknown_fault_kinds_and_keys_survive_a_round_trip() -> None:
+    raw = {
+        "fault_id": "lemon-000001",
+        "kind": "lemon_node",
+        "node": "node0003",
+        "gpu": None,
+        "pci_bus_id": "",
+        "xid": None,
+        "xids": [],
+        "onset": "2024-01-02T00:00:00.000Z",
+        "job_id": None,
+        "repaired": None,
+        "signals": {"xid_count": 40},
+    }
+    fault = FaultTruth.from_dict(raw)
+    assert fault.kind == "lemon_node" and fault.gpu is None
+    assert fault.details == {"signals": {"xid_count": 40}}
+    assert fault.to_dict() == raw
+
+
+def test_truth_counts_match_the_history() -> None:
+    history = run_model(CONFIG)
+    truth = build_truth(history)
+    assert truth.hardware_failures == sum(1 for failure in truth.job_failures if failure.hardware)
+    assert truth.jobs == len(history.jobs)
+    assert truth.true_rf_per_1000_node_days == 1000 * truth.hardware_failures / truth.exposure_node_days
+    assert all(failure.state is not JobState.COMPLETED for failure in truth.job_failures)
+    assert [fault.onset_ms for fault in truth.faults] == sorted(fault.onset_ms for fault in truth.faults)
+    assert sum(truth.xid_counts.values()) == len(history.xids)
