@@ -86,6 +86,8 @@ def ecc_step(previous: Mapping[str, int] | None, current: Mapping[str, int]) -> 
     >>> ecc_step(None, {"dbe_aggregate": 5}).findings
     ()
     """
+    if previous is not None and previous == current:
+        return _UNCHANGED  # the common case: most GPUs never see an error
     deltas: dict[str, int] = {}
     reset = False
     if previous is not None:
@@ -135,6 +137,9 @@ def ecc_step(previous: Mapping[str, int] | None, current: Mapping[str, int]) -> 
             )
         )
     return EccStep(deltas, reset, tuple(findings))
+
+
+_UNCHANGED: Final = EccStep({}, False, ())
 
 
 def _became_set(previous: Mapping[str, int] | None, current: Mapping[str, int], name: str) -> bool:

@@ -66,6 +66,9 @@ _COLUMNS: dict[str, tuple[str, ...]] = {
 }  # fmt: skip
 
 
+_ECC_NAMES = tuple(ECC_COUNTERS)
+
+
 def _xid_row(event: XidEvent) -> list[Any]:
     info = classify_xid(event.xid)
     return [
@@ -90,7 +93,7 @@ def _ecc_row(row: EccRow) -> list[Any]:
     dbe = max(deltas.get("dbe_volatile", 0), deltas.get("dbe_aggregate", 0))
     return [
         sample.ts_ms, sample.cluster, sample.node, sample.gpu_key, sample.gpu, sample.pci_bus_id,
-        *(counters.get(name) for name in ECC_COUNTERS), sbe, dbe, row.reset,
+        *[counters.get(name) for name in _ECC_NAMES], sbe, dbe, row.reset,
     ]  # fmt: skip
 
 
