@@ -155,5 +155,7 @@ def test_the_bundled_example_replays_as_readme_says(tmp_path):
     report = summary["report"]
     assert report["rf_per_1000_node_days"] == pytest.approx(truth.true_rf_per_1000_node_days, rel=0.05)
     critical = {(f.node, f.pci_bus_id) for f in truth.faults if f.kind == "critical_hw"}
-    rows = query(tmp_path / "store", "SELECT node, gpu FROM faultstream.incidents FINAL WHERE severity = 'critical'")
+    rows = query(
+        tmp_path / "store", "SELECT node, gpu FROM faultstream.incidents FINAL WHERE severity = 'critical'"
+    )
     assert critical <= {(r["node"], r["gpu"]) for r in rows}
