@@ -8,14 +8,12 @@ order, so the same set of files gives the same tables whatever order they are na
 
 from __future__ import annotations
 
-import gzip
 import heapq
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
 from clickhouse_connect.driver.client import Client
 
@@ -23,13 +21,14 @@ from detectors.core import DetectionCore, Emitted
 from schemas.outputs import DeadLetter
 from schemas.records import EccSample, InvalidRecord, JobEvent, XidEvent
 from schemas.timeutil import format_ts
-from stream.parsers import Format, detect_format, parse_lines
+from stream.parsers import Format, detect_format, open_input, parse_file, parse_open_file
+from stream.parsers.detect import InputFile
 from stream.parsers.options import ParseOptions
 from stream.settings import Settings
 from stream.sinks.clickhouse import ClickHouseSink
 from stream.sinks.dead_letters import DeadLetterFile, DeadLetterPolicy, to_dead_letter
 
-__all__ = ["ReplaySummary", "open_lines", "read_records", "replay"]
+__all__ = ["ReplaySummary", "read_records", "replay"]
 
 Record = XidEvent | EccSample | JobEvent
 
@@ -74,25 +73,17 @@ class ReplaySummary:
         return Counter(self.incidents.values())
 
 
-class _CountingReader:
-    """Yields a file's lines and counts the bytes read, for the progress bar."""
+class _Progress:
+    """Bytes consumed of an open input (compressed bytes for gzip), for the progress bar."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.bytes_read = 0
+    def __init__(self, handle: InputFile) -> None:
+        self._raw = getattr(handle, "fileobj", None) or handle
 
-    def __iter__(self) -> Iterator[bytes]:
-        with open_lines(self.path) as handle:
-            for line in handle:
-                self.bytes_read += len(line)
-                yield line
-
-
-def open_lines(path: Path) -> IO[bytes]:
-    """Open a file for binary line reading; ``.gz`` files are decompressed on the fly."""
-    if path.suffix == ".gz":
-        return gzip.open(path, "rb")
-    return path.open("rb", buffering=1 << 20)
+    def position(self) -> int:
+        try:
+            return int(self._raw.tell())
+        except (ValueError, OSError):  # closed: the file was read to its end
+            return -1
 
 
 def _ordered(
@@ -143,8 +134,7 @@ def read_records(
     path: Path, options: ParseOptions, fmt: Format | None = None
 ) -> Iterator[Record | InvalidRecord]:
     """Parse one file into records and dead letters (no ordering, no detection): the decode baseline."""
-    chosen = fmt or detect_format(path)
-    return parse_lines(_CountingReader(path), chosen, options, str(path))
+    return parse_file(path, options, fmt)
 
 
 def replay(
@@ -187,17 +177,17 @@ def replay(
     policy = DeadLetterPolicy(settings.dead_letter_max_ratio, settings.dead_letter_min_records)
     letters = DeadLetterFile(dead_letter_file) if dead_letter_file is not None else None
     summary = ReplaySummary(sources=[])
-    readers: list[_CountingReader] = []
+    readers: list[tuple[_Progress, int]] = []
     streams = []
     for path in files:
         if not path.is_file():
             raise FileNotFoundError(f"input file not found: {path}")
         chosen = fmt or detect_format(path)
-        reader = _CountingReader(path)
-        readers.append(reader)
+        handle = open_input(path)
+        readers.append((_Progress(handle), path.stat().st_size))
         stats = SourceStats(str(path), chosen.value)
         summary.sources.append(stats)
-        parsed = parse_lines(reader, chosen, options, str(path))
+        parsed = parse_open_file(handle, chosen, options, str(path))
         ordered = _ordered(parsed, settings.allowed_lateness_seconds * 1000, sort_all=chosen is Format.SACCT)
         streams.append(_tagged(ordered, stats))
     total_bytes = sum(path.stat().st_size for path in files)
@@ -250,7 +240,8 @@ def replay(
                 if sink.should_flush():
                     sink.flush()
                 if progress is not None:
-                    progress(sum(r.bytes_read for r in readers), total_bytes)
+                    done = sum(size if (at := reader.position()) < 0 else at for reader, size in readers)
+                    progress(done, total_bytes)
         deliver(core.finish())
     finally:
         deliver(core.drain())

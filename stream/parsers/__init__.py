@@ -38,8 +38,10 @@ __all__ = [
     "compress_hostlist",
     "detect_format",
     "expand_hostlist",
+    "open_input",
     "parse_file",
     "parse_lines",
+    "parse_open_file",
 ]
 
 Record = XidEvent | EccSample | JobEvent
@@ -138,12 +140,16 @@ def parse_file(
     source = str(path)
     chosen = Format(fmt) if fmt is not None else detect_format(Path(path))
     handle = open_input(Path(path))
-    return _parse_open_file(handle, chosen, options, source)
+    return parse_open_file(handle, chosen, options, source)
 
 
-def _parse_open_file(
+def parse_open_file(
     handle: InputFile, fmt: Format, options: ParseOptions, source: str
 ) -> Iterator[Record | InvalidRecord]:
+    """Parse an input already opened with :func:`open_input` (the caller may watch its position).
+
+    The handle is closed when the iterator is exhausted or closed.
+    """
     with handle:
         if not isinstance(handle, gzip.GzipFile):
             yield from _PARSERS[fmt](handle, options, source)
