@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import orjson
 from clickhouse_connect.driver.client import Client
 
 from detectors.core import DetectionCore, Emitted
@@ -86,15 +87,28 @@ class _Progress:
             return -1
 
 
+@dataclass(frozen=True, slots=True)
+class _Late:
+    """A record that arrived after its file had moved past ``watermark_ms``."""
+
+    record: Record
+    watermark_ms: int
+
+
+Item = Record | InvalidRecord | _Late
+
+
 def _ordered(
     items: Iterable[Record | InvalidRecord], buffer_ms: int, sort_all: bool
-) -> Iterator[tuple[int, int, Record | InvalidRecord]]:
+) -> Iterator[tuple[int, int, Item]]:
     """Yield ``(ts, seq, item)`` in event-time order as far as a reorder buffer allows.
 
-    Dead letters carry the time of the record before them, so they flow in place.
+    A record older than the file's newest event minus ``buffer_ms`` (the allowed lateness) is
+    late and comes out wrapped in :class:`_Late`. Dead letters and late records carry the time
+    of the record released before them, so they flow in place.
     """
     if sort_all:
-        records: list[tuple[int, int, Record | InvalidRecord]] = []
+        records: list[tuple[int, int, Item]] = []
         last = 0
         for seq, item in enumerate(items):
             if not isinstance(item, InvalidRecord):
@@ -103,7 +117,7 @@ def _ordered(
         records.sort(key=lambda entry: (entry[0], entry[1]))
         yield from records
         return
-    heap: list[tuple[int, int, Record | InvalidRecord]] = []
+    heap: list[tuple[int, int, Item]] = []
     newest = None
     last = 0
     for seq, item in enumerate(items):
@@ -111,6 +125,9 @@ def _ordered(
             yield (last, seq, item)
             continue
         ts = item.ts_ms
+        if newest is not None and ts < newest - buffer_ms:
+            yield (last, seq, _Late(item, newest - buffer_ms))
+            continue
         if newest is None or ts > newest:
             newest = ts
             release_before = ts - buffer_ms
@@ -124,8 +141,8 @@ def _ordered(
 
 
 def _tagged(
-    entries: Iterator[tuple[int, int, Record | InvalidRecord]], stats: SourceStats
-) -> Iterator[tuple[int, int, Record | InvalidRecord, SourceStats]]:
+    entries: Iterator[tuple[int, int, Item]], stats: SourceStats
+) -> Iterator[tuple[int, int, Item, SourceStats]]:
     for ts, seq, item in entries:
         yield ts, seq, item, stats
 
@@ -198,6 +215,18 @@ def replay(
             letters.write(letter)
         policy.bad(stats.path, letter.reason)
 
+    def late(record: Record, watermark_ms: int, stats: SourceStats) -> None:
+        stats.late += 1
+        reason = (
+            f"late event (event time {format_ts(record.ts_ms)} is older than the watermark "
+            f"{format_ts(watermark_ms)}; allowed lateness {settings.allowed_lateness_seconds}s)"
+        )
+        # The raw form is the record's JSON line: fix the clock, then replay it as JSONL.
+        raw = orjson.dumps(record.to_dict())
+        line = record.source.rpartition(":")[2]
+        location = f"line {line}" if line.isdigit() else record.source
+        dead_letter(DeadLetter(stats.path, location, reason, raw, _KIND[type(record)], record.ts_ms), stats)
+
     def deliver(emitted: Emitted) -> None:
         for incident in emitted.incidents:
             summary.incidents[incident.incident_id] = (incident.kind, incident.severity.value)
@@ -214,19 +243,11 @@ def replay(
                 dead_letter(to_dead_letter(item), stats)
                 policy.check(stats.path)
                 continue
+            if isinstance(item, _Late):
+                late(item.record, item.watermark_ms, stats)
+                continue
             if not core.process(item):
-                stats.late += 1
-                watermark = core.watermark_ms or 0
-                reason = (
-                    f"late event (event time {format_ts(item.ts_ms)} is older than the watermark "
-                    f"{format_ts(watermark)}; allowed lateness {settings.allowed_lateness_seconds}s)"
-                )
-                dead_letter(
-                    DeadLetter(
-                        stats.path, item.source, reason, repr(item).encode(), _KIND[type(item)], item.ts_ms
-                    ),
-                    stats,
-                )
+                late(item, core.watermark_ms or 0, stats)
                 continue
             stats.records[_KIND[type(item)]] += 1
             policy.good(stats.path)
