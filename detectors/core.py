@@ -15,11 +15,18 @@ from __future__ import annotations
 import heapq
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any, cast
+
+from river import stats
 
 from detectors.attribution import HardwareEvent, NodeEvidenceLog
 from detectors.ecc_rules import ecc_step
+from detectors.ecc_trend import EccTrendScorer, ecc_trend_filter
 from detectors.incidents import EvidenceItem, IncidentTracker, incident_id
+from detectors.lemon import DAY_MS, LemonConfig, LemonTracker
 from detectors.mttf import MS_PER_HOUR, SizeBuckets, window_slices
+from detectors.thresholds import Threshold
+from detectors.xid_burst import XidSpreadScorer, XidStormScorer, spread_filter, storm_filter
 from detectors.xid_catalog import XidCategory, classify_xid
 from schemas.outputs import Incident, IncidentStatus, JobAttribution, MttfPartial, Severity
 from schemas.records import EccSample, JobEvent, JobState, XidEvent
@@ -47,6 +54,18 @@ class CoreConfig:
         GPUs of a node, for projections and for jobs that do not state their GPU count.
     ecc_keep_interval_ms
         ECC samples that change nothing are stored at most this often per GPU (downsampling).
+    storm_window_hours, storm_min_events
+        XID storm detector: window, and the fewest XIDs from one GPU that can make a storm.
+    spread_window_hours, spread_min_events, spread_min_gpus
+        NVLink flapping detector: window, errors and distinct GPUs of one node it takes.
+    ecc_trend_window, ecc_trend_min_rises, ecc_spike_rate_per_hour
+        ECC trend detector: rises of the SBE counter within the last samples that make a trend,
+        and the correctable-error rate that is a spike on its own.
+    lemon
+        Lemon-node detection (fleet statistics over a sliding window).
+    quiet_period_by_kind_ms
+        Quiet periods of the slow detectors, longer than the default on purpose: a degradation
+        is seen once per ECC scrape, a lemon verdict once a day.
     """
 
     windows_s: tuple[int, ...] = (3600, 86400)
@@ -57,6 +76,21 @@ class CoreConfig:
     attribution_after_ms: int = 5 * 60_000
     gpus_per_node: int = 8
     ecc_keep_interval_ms: int = 60 * 60_000
+    storm_window_hours: float = 1.0
+    storm_min_events: int = 20
+    spread_window_hours: float = 24.0
+    spread_min_events: int = 6
+    spread_min_gpus: int = 2
+    ecc_trend_window: int = 4
+    ecc_trend_min_rises: int = 3
+    ecc_spike_rate_per_hour: float = 200.0
+    lemon: LemonConfig = field(default_factory=LemonConfig)
+    quiet_period_by_kind_ms: tuple[tuple[str, int], ...] = (
+        ("ecc_trend", 2 * DAY_MS),
+        ("nvlink_flapping", DAY_MS),
+        ("xid_storm", 2 * 60 * 60_000),
+        ("lemon_node", 3 * DAY_MS),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +131,7 @@ class _Run:
 class _GpuEcc:
     counters: Mapping[str, int]
     last_stored_ms: int
+    last_ms: int
 
 
 _FAILURE_STATES = frozenset({JobState.FAILED, JobState.NODE_FAIL, JobState.OUT_OF_MEMORY, JobState.TIMEOUT})
@@ -121,7 +156,7 @@ class DetectionCore:
         self.config = config
         self.max_event_ms: int | None = None
         self._emitted = Emitted()
-        self._incidents = IncidentTracker(config.quiet_period_ms)
+        self._incidents = IncidentTracker(config.quiet_period_ms, dict(config.quiet_period_by_kind_ms))
         self._evidence = NodeEvidenceLog(
             config.attribution_before_ms + config.attribution_after_ms + config.allowed_lateness_ms
         )
@@ -135,6 +170,28 @@ class DetectionCore:
         self._window_ms = tuple(seconds * 1000 for seconds in config.windows_s)
         self._next_close: list[int] | None = None
         self._next_deadline = _NO_DEADLINE
+        # Online models, River protocol: one clone of each template per key, created on first use.
+        self._storm_template = storm_filter(
+            window_hours=config.storm_window_hours, min_events=config.storm_min_events
+        )
+        self._spread_template = spread_filter(
+            window_hours=config.spread_window_hours,
+            min_events=config.spread_min_events,
+            min_gpus=config.spread_min_gpus,
+        )
+        self._trend_template = ecc_trend_filter(
+            window=config.ecc_trend_window,
+            min_rises=config.ecc_trend_min_rises,
+            spike_rate_per_hour=config.ecc_spike_rate_per_hour,
+        )
+        self._storms: dict[tuple[str, str, str], Threshold] = {}
+        self._spreads: dict[tuple[str, str, str], Threshold] = {}
+        self._trends: dict[tuple[str, str, str], Threshold] = {}
+        # The fleet's usual XID burst: a high quantile of the peak window counts of finished bursts.
+        self._fleet_window_counts = stats.Quantile(0.99)
+        self._lemons = LemonTracker(config.lemon)
+        self._cluster_of: dict[str, str] = {}
+        self._next_lemon_ms: int | None = None
 
     # -- public API --------------------------------------------------------------------------
 
@@ -198,19 +255,31 @@ class DetectionCore:
     def _advance_to(self, max_event_ms: int, closing: bool = True) -> None:
         if self._next_close is None:
             self._next_close = [max_event_ms - max_event_ms % w + w for w in self._window_ms]
+            every = self.config.lemon.evaluate_every_ms
+            self._next_lemon_ms = max_event_ms - max_event_ms % every + every
             self._refresh_deadline()
         self.max_event_ms = max_event_ms
         watermark = max_event_ms - self.config.allowed_lateness_ms
         if watermark <= self._next_deadline:
             return
-        while self._pending and self._pending[0][0] < watermark:
-            _, _, run, event = heapq.heappop(self._pending)
-            self._decide(run, event)
-        self._emitted.incidents.extend(self._incidents.resolve_idle(watermark))
-        if closing:
-            self._close_windows(watermark)
+        # Time-driven work happens in event-time order: everything due before a lemon
+        # evaluation instant is done before that evaluation, whatever size the watermark's jump.
+        while closing and self._next_lemon_ms is not None and self._next_lemon_ms <= watermark:
+            instant = self._next_lemon_ms
+            self._run_due(instant, closing)
+            self._evaluate_lemons(instant)
+            self._next_lemon_ms = instant + self.config.lemon.evaluate_every_ms
+        self._run_due(watermark, closing)
         self._evidence.prune(watermark - self.config.attribution_before_ms - self.config.attribution_after_ms)
         self._refresh_deadline()
+
+    def _run_due(self, instant: int, closing: bool) -> None:
+        while self._pending and self._pending[0][0] < instant:
+            _, _, run, event = heapq.heappop(self._pending)
+            self._decide(run, event)
+        self._emitted.incidents.extend(self._incidents.resolve_idle(instant))
+        if closing:
+            self._close_windows(instant)
 
     def _refresh_deadline(self) -> None:
         candidates = [self._pending[0][0]] if self._pending else []
@@ -218,6 +287,8 @@ class DetectionCore:
             candidates.append(self._incidents.next_deadline_ms)
         if self._next_close is not None:
             candidates.extend(self._next_close)
+        if self._next_lemon_ms is not None:
+            candidates.append(self._next_lemon_ms)
         self._next_deadline = min(candidates) if candidates else _NO_DEADLINE
 
     def _close_windows(self, watermark: int) -> None:
@@ -232,57 +303,152 @@ class DetectionCore:
         if len(self._ended_runs) > 4096:
             self._ended_runs = {key: end for key, end in self._ended_runs.items() if end >= horizon}
 
+    def _evaluate_lemons(self, now: int) -> None:
+        for verdict in self._lemons.evaluate(now):
+            crossed = ", ".join(
+                f"{name} {verdict.counts[name]} vs fleet {verdict.fleet_means[name]:g}"
+                for name in verdict.crossed
+            )
+            self._emitted.incidents.append(
+                self._incidents.observe(
+                    self._cluster_of.get(verdict.node, ""),
+                    "lemon_node",
+                    verdict.node,
+                    "",
+                    Severity.WARN,
+                    "lemon_fleet",
+                    verdict.score,
+                    "drain the node and run full diagnostics; replace parts or retire it if they fail",
+                    f"Lemon node: signals far above the fleet over "
+                    f"{self.config.lemon.window_ms // DAY_MS} d"
+                    f" ({crossed or 'combined'})",
+                    EvidenceItem(
+                        now, counter_deltas=tuple(sorted(verdict.counts.items())), jobs=verdict.jobs_hurt
+                    ),
+                )
+            )
+
+    def _see(self, cluster: str, node: str) -> None:
+        if node not in self._cluster_of:
+            self._cluster_of[node] = cluster
+            self._lemons.see_node(node)
+
     # -- XID -----------------------------------------------------------------------------------
 
     def _process_xid(self, event: XidEvent) -> None:
+        self._see(event.cluster, event.node)
         info = classify_xid(event.xid)
+        gpu = event.gpu_key
+        self._score_storm(event, gpu)
+        if info.category is XidCategory.NVLINK:
+            self._score_spread(event, gpu, "nvlink_flapping")
         if info.severity is Severity.INFO:
             return  # application-class: stored with the raw events, never an incident on its own
         kind = "xid_unknown" if info.category is XidCategory.UNKNOWN else f"gpu_{info.category.value}"
-        gpu = event.gpu_key
-        self._emitted.incidents.append(
-            self._incidents.observe(
-                event.cluster,
-                kind,
-                event.node,
-                gpu,
-                info.severity,
-                "xid_classifier",
-                1.0 if info.severity is Severity.CRITICAL else 0.5,
-                info.action,
-                info.name,
-                EvidenceItem(
-                    event.ts_ms, xid=event.xid, message=event.message, jobs=self._jobs_at(event.node)
-                ),
-            )
+        incident = self._incidents.observe(
+            event.cluster,
+            kind,
+            event.node,
+            gpu,
+            info.severity,
+            "xid_classifier",
+            1.0 if info.severity is Severity.CRITICAL else 0.5,
+            info.action,
+            info.name,
+            EvidenceItem(event.ts_ms, xid=event.xid, message=event.message, jobs=self._jobs_at(event.node)),
         )
+        self._emitted.incidents.append(incident)
+        if info.hardware and incident.status is IncidentStatus.OPEN:
+            self._lemons.record(event.node, "hw_incidents", event.ts_ms)
         if info.hardware and info.severity is Severity.CRITICAL:
             self._evidence.add(HardwareEvent(event.ts_ms, event.node, gpu, kind, event.xid))
+
+    def _score_storm(self, event: XidEvent, gpu: str) -> None:
+        key = (event.cluster, event.node, gpu)
+        model = self._storms.get(key)
+        if model is None:
+            model = self._storms[key] = self._storm_template.clone()
+        usual = self._fleet_window_counts.get()
+        x: dict[Any, Any] = {"t": event.ts_ms / MS_PER_HOUR, "fleet_usual": usual or 0.0}
+        score = model.score_one(x)
+        if model.is_anomaly(score):
+            info = classify_xid(event.xid)
+            self._emitted.incidents.append(
+                self._incidents.observe(
+                    event.cluster,
+                    "xid_storm",
+                    event.node,
+                    gpu,
+                    Severity.WARN,
+                    "xid_burst",
+                    score,
+                    "check the job on this GPU (a crash loop?) and the GPU; drain it if the storm persists",
+                    f"XID storm from one GPU, far above its own and the fleet's rate ({info.name})",
+                    EvidenceItem(
+                        event.ts_ms, xid=event.xid, message=event.message, jobs=self._jobs_at(event.node)
+                    ),
+                )
+            )
+        model.learn_one(x)
+        peak = cast(XidStormScorer, model.anomaly_detector).take_finished_peak()
+        if peak is not None:
+            self._fleet_window_counts.update(peak)
+
+    def _score_spread(self, event: XidEvent, gpu: str, kind: str) -> None:
+        key = (event.cluster, event.node, kind)
+        model = self._spreads.get(key)
+        if model is None:
+            model = self._spreads[key] = self._spread_template.clone()
+        x: dict[Any, Any] = {"t": event.ts_ms / MS_PER_HOUR, "gpu": gpu}
+        score = model.score_one(x)
+        model.learn_one(x)
+        if model.is_anomaly(score):
+            gpus = cast(XidSpreadScorer, model.anomaly_detector).gpus
+            self._emitted.incidents.append(
+                self._incidents.observe(
+                    event.cluster,
+                    kind,
+                    event.node,
+                    "",
+                    Severity.WARN,
+                    "xid_burst",
+                    score,
+                    "drain the node and check its NVLink/NVSwitch fabric (nvidia-smi nvlink -e, diagnostics)",
+                    f"NVLink errors recurring across GPUs {', '.join(gpus)}",
+                    EvidenceItem(
+                        event.ts_ms, xid=event.xid, message=event.message, jobs=self._jobs_at(event.node)
+                    ),
+                )
+            )
 
     # -- ECC -----------------------------------------------------------------------------------
 
     def _process_ecc(self, sample: EccSample) -> None:
+        self._see(sample.cluster, sample.node)
         key = (sample.cluster, sample.node, sample.gpu_key)
         state = self._gpus.get(key)
         step = ecc_step(state.counters if state is not None else None, sample.counters)
         for finding in step.findings:
-            self._emitted.incidents.append(
-                self._incidents.observe(
-                    sample.cluster,
-                    finding.kind,
-                    sample.node,
-                    sample.gpu_key,
-                    finding.severity,
-                    "ecc_rules",
-                    1.0,
-                    finding.action,
-                    finding.title,
-                    EvidenceItem(
-                        sample.ts_ms, counter_deltas=finding.counter_deltas, jobs=self._jobs_at(sample.node)
-                    ),
-                )
+            incident = self._incidents.observe(
+                sample.cluster,
+                finding.kind,
+                sample.node,
+                sample.gpu_key,
+                finding.severity,
+                "ecc_rules",
+                1.0,
+                finding.action,
+                finding.title,
+                EvidenceItem(
+                    sample.ts_ms, counter_deltas=finding.counter_deltas, jobs=self._jobs_at(sample.node)
+                ),
             )
+            self._emitted.incidents.append(incident)
+            if incident.status is IncidentStatus.OPEN:
+                self._lemons.record(sample.node, "hw_incidents", sample.ts_ms)
             self._evidence.add(HardwareEvent(sample.ts_ms, sample.node, sample.gpu_key, finding.kind))
+        if state is not None:
+            self._score_trend(key, sample, step.deltas, sample.ts_ms - state.last_ms)
         store = (
             state is None
             or bool(step.deltas)
@@ -291,10 +457,44 @@ class DetectionCore:
         )
         if store:
             self._emitted.ecc_rows.append(EccRow(sample, step.deltas, step.reset))
-            self._gpus[key] = _GpuEcc(sample.counters, sample.ts_ms)
+            self._gpus[key] = _GpuEcc(sample.counters, sample.ts_ms, sample.ts_ms)
         else:
             assert state is not None
             state.counters = sample.counters
+            state.last_ms = sample.ts_ms
+
+    def _score_trend(
+        self, key: tuple[str, str, str], sample: EccSample, deltas: Mapping[str, int], elapsed_ms: int
+    ) -> None:
+        sbe = deltas.get("sbe_volatile", deltas.get("sbe_aggregate", 0))
+        model = self._trends.get(key)
+        if model is None:
+            if sbe <= 0:
+                return  # most GPUs never correct an error: no model, no state
+            model = self._trends[key] = self._trend_template.clone()
+        x: dict[Any, Any] = {"sbe_delta": sbe, "hours": max(elapsed_ms, 1) / MS_PER_HOUR}
+        score = model.score_one(x)
+        if model.is_anomaly(score):
+            recent = (*cast(EccTrendScorer, model.anomaly_detector).recent_deltas, sbe)
+            self._emitted.incidents.append(
+                self._incidents.observe(
+                    sample.cluster,
+                    "ecc_trend",
+                    sample.node,
+                    sample.gpu_key,
+                    Severity.WARN,
+                    "ecc_trend",
+                    score,
+                    "schedule a drain: run DCGM diagnostics and field tests; the GPU may be heading for an "
+                    "uncorrectable error",
+                    "Correctable ECC errors rising sample after sample "
+                    f"(last deltas {', '.join(map(str, recent))})",
+                    EvidenceItem(
+                        sample.ts_ms, counter_deltas=(("sbe", sbe),), jobs=self._jobs_at(sample.node)
+                    ),
+                )
+            )
+        model.learn_one(x)
 
     # -- jobs ----------------------------------------------------------------------------------
 
@@ -317,6 +517,7 @@ class DetectionCore:
                 [start] * len(self._window_ms),
             )
             for node in event.nodes:
+                self._see(event.cluster, node)
                 self._jobs_on_node.setdefault(node, set()).add(event.job_id)
             return
         if not event.state.is_terminal:
@@ -344,6 +545,10 @@ class DetectionCore:
                 if not jobs:
                     del self._jobs_on_node[node]
         if event.state.may_be_hardware_failure:
+            for node in run.nodes:
+                self._lemons.record_failed_job(node, run.job_id, end)
+            if event.state is JobState.NODE_FAIL and len(run.nodes) == 1:
+                self._lemons.record(run.nodes[0], "node_fails", end)
             self._sequence += 1
             decide_at = end + self.config.attribution_after_ms
             heapq.heappush(self._pending, (decide_at, self._sequence, run, event))
@@ -379,6 +584,8 @@ class DetectionCore:
             incident_id=inc_id,
         )
         self._emitted.attributions.append(attribution)
+        for node in nodes:
+            self._lemons.record(node, "hw_failures", end)
         if hardware:
             self._emitted.incidents.append(self._job_incident(run, event, attribution, evidence))
         self._emit_exposure(run, end, event.state, final=True, failure=hardware)

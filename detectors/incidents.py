@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -134,6 +135,9 @@ class IncidentTracker:
     ----------
     quiet_period_ms
         An incident with no new evidence for this long (event time) is resolved.
+    quiet_period_by_kind
+        Longer (or shorter) quiet periods for kinds whose evidence comes slowly, such as a
+        degradation seen once per ECC scrape or a lemon verdict re-evaluated daily.
 
     Examples
     --------
@@ -148,8 +152,9 @@ class IncidentTracker:
     ['resolved']
     """
 
-    def __init__(self, quiet_period_ms: int) -> None:
+    def __init__(self, quiet_period_ms: int, quiet_period_by_kind: Mapping[str, int] | None = None) -> None:
         self.quiet_period_ms = quiet_period_ms
+        self.quiet_period_by_kind = dict(quiet_period_by_kind or {})
         self._open: dict[tuple[str, str, str, str], _Open] = {}
         # (resolve-at, key) entries; stale ones (incident updated since) are skipped when popped.
         self._deadlines: list[tuple[int, tuple[str, str, str, str]]] = []
@@ -205,8 +210,11 @@ class IncidentTracker:
         previous_last = current.last_ms
         current.add(item)
         if status is IncidentStatus.OPEN or current.last_ms > previous_last:
-            heapq.heappush(self._deadlines, (current.last_ms + self.quiet_period_ms, key))
+            heapq.heappush(self._deadlines, (current.last_ms + self._quiet(kind), key))
         return current.snapshot(status)
+
+    def _quiet(self, kind: str) -> int:
+        return self.quiet_period_by_kind.get(kind, self.quiet_period_ms)
 
     def resolve_idle(self, watermark_ms: int) -> list[Incident]:
         """Resolve every incident whose quiet period ended before ``watermark_ms``."""
@@ -214,7 +222,7 @@ class IncidentTracker:
         while self._deadlines and self._deadlines[0][0] < watermark_ms:
             deadline, key = heapq.heappop(self._deadlines)
             current = self._open.get(key)
-            if current is None or current.last_ms + self.quiet_period_ms != deadline:
+            if current is None or current.last_ms + self._quiet(key[1]) != deadline:
                 continue
             del self._open[key]
             resolved.append(current.snapshot(IncidentStatus.RESOLVED))

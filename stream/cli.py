@@ -94,6 +94,15 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--ecc-interval-minutes", type=int, help="DCGM scrape period (default 360)")
     simulate.add_argument("--out", type=Path, required=True, help="output folder")
 
+    evaluate = commands.add_parser(
+        "evaluate", help="score the store's incidents against a simulator's truth.json"
+    )
+    evaluate.add_argument(
+        "--truth", type=Path, required=True, help="truth.json written by `faultstream simulate`"
+    )
+    evaluate.add_argument("--json", action="store_true", help="print JSON")
+    _store_arguments(evaluate)
+
     query = commands.add_parser("query", help="run SQL on the store and print the rows as JSON Lines")
     query.add_argument("sql", help="a SELECT; tables live in database `faultstream` (FAULTSTREAM_DATABASE)")
     _store_arguments(query)
@@ -259,6 +268,20 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from stream.evaluation import evaluate_store, render_evaluation
+    from stream.simulator.truth import Truth
+    from stream.store import connect
+
+    settings = _settings(args)
+    result = evaluate_store(connect(settings), settings, Truth.load(args.truth))
+    if args.json:
+        _print_json(result)
+    else:
+        sys.stdout.write(render_evaluation(result) + "\n")
+    return 0
+
+
 def _cmd_query(args: argparse.Namespace) -> int:
     from stream.store import connect, query_rows
 
@@ -283,6 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "init-db": _cmd_init_db,
         "simulate": _cmd_simulate,
         "query": _cmd_query,
+        "evaluate": _cmd_evaluate,
         "config": _cmd_config,
     }
     try:

@@ -1,0 +1,178 @@
+"""XID burst detectors (SPEC 4.2): storms on one GPU, and NVLink errors spreading over a node.
+
+Two River-protocol scorers, each cloned per key by the core:
+
+* :class:`XidStormScorer`, per GPU: how many XIDs the GPU logged in the last ``window_hours``,
+  in units of the count that is *not* surprising — the larger of a floor, the GPU's own
+  long-run rate and the fleet's usual window count. Application XIDs are routine one at a time
+  (a crashing program logs a few); dozens from one GPU within the hour is a storm.
+* :class:`XidSpreadScorer`, per node and fault family: how many errors of the family the node
+  logged in the last ``window_hours`` and on how many distinct GPUs. NVLink errors that recur
+  and move from GPU to GPU are a flapping link or a bad NVSwitch path, not one bad GPU.
+
+``x["t"]`` is the event time in hours (any origin, increasing per key). Both scorers keep only
+the events of their window plus two counters, so their state is a few hundred bytes per key.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from river.base import AnomalyDetector
+from river.base.typing import FeatureName
+
+from detectors.thresholds import Threshold
+
+__all__ = ["XidSpreadScorer", "XidStormScorer", "spread_filter", "storm_filter"]
+
+
+class XidStormScorer(AnomalyDetector):
+    """Scores the XID count of one GPU's recent window against its own and the fleet's baseline.
+
+    ``score = n / max(min_events, own_multiplier * own_expected, fleet_multiplier * fleet_usual)``
+    where ``n`` counts this event and the GPU's others within ``window_hours``, ``own_expected``
+    is the GPU's long-run rate (events before the window / hours watched before it) times the
+    window, and ``fleet_usual`` is ``x["fleet_usual"]`` when given: a high quantile of window
+    counts across the fleet, kept by the caller.
+
+    Parameters
+    ----------
+    window_hours
+        Length of the sliding window.
+    min_events
+        Floor of the unsurprising count: fewer events than this never make a storm.
+    own_multiplier, fleet_multiplier
+        How far above the GPU's own rate and the fleet's usual count a storm must be.
+
+    Examples
+    --------
+    >>> gpu = XidStormScorer(window_hours=1.0, min_events=10)
+    >>> for minute in range(0, 40, 4):
+    ...     gpu.learn_one({"t": minute / 60})
+    >>> round(gpu.score_one({"t": 40 / 60}), 1)   # 11 XIDs within the hour
+    1.1
+    >>> round(gpu.score_one({"t": 3.0}), 2)       # hours later, alone, against a 5/h history
+    0.02
+    """
+
+    def __init__(
+        self,
+        window_hours: float = 1.0,
+        min_events: int = 20,
+        own_multiplier: float = 10.0,
+        fleet_multiplier: float = 3.0,
+    ) -> None:
+        self.window_hours = window_hours
+        self.min_events = min_events
+        self.own_multiplier = own_multiplier
+        self.fleet_multiplier = fleet_multiplier
+        self._window: deque[float] = deque()
+        self._before = 0  # events that left the window
+        self._first: float | None = None
+        self._peak = 0  # largest window count of the current burst
+        self._finished_peak: int | None = None
+
+    def _expire(self, now: float) -> None:
+        start = now - self.window_hours
+        while self._window and self._window[0] <= start:
+            self._window.popleft()
+            self._before += 1
+
+    def window_count(self, t: float) -> int:
+        """Events within the window ending at ``t``, not counting one at ``t`` being scored."""
+        start = t - self.window_hours
+        return sum(1 for seen in self._window if seen > start)
+
+    def learn_one(self, x: dict[FeatureName, Any]) -> None:
+        """Record one XID of this GPU at ``x["t"]``."""
+        t = float(x["t"])
+        if self._first is None:
+            self._first = t
+        self._expire(t)
+        if not self._window and self._peak:
+            self._finished_peak, self._peak = self._peak, 0
+        self._window.append(t)
+        self._peak = max(self._peak, len(self._window))
+
+    def take_finished_peak(self) -> int | None:
+        """The peak window count of the burst that ended before the last learned event, once.
+
+        The caller feeds these into the fleet's distribution of usual window counts: a burst
+        enters it only when it is over, so a storm in progress never raises its own bar.
+        """
+        peak, self._finished_peak = self._finished_peak, None
+        return peak
+
+    def score_one(self, x: dict[FeatureName, Any]) -> float:
+        """Score an XID at ``x["t"]`` (the state is not changed)."""
+        t = float(x["t"])
+        n = self.window_count(t) + 1
+        own_expected = 0.0
+        if self._first is not None:
+            watched_before = t - self.window_hours - self._first
+            if watched_before > 0:
+                before = self._before + sum(1 for seen in self._window if seen <= t - self.window_hours)
+                own_expected = before / watched_before * self.window_hours
+        fleet_usual = float(x.get("fleet_usual", 0.0))
+        usual = max(self.min_events, self.own_multiplier * own_expected, self.fleet_multiplier * fleet_usual)
+        return n / usual
+
+
+class XidSpreadScorer(AnomalyDetector):
+    """Scores a node's errors of one family by how many recur and on how many of its GPUs.
+
+    ``score = min(n / min_events, gpus / min_gpus)`` over the last ``window_hours``: both enough
+    errors and enough distinct GPUs are needed, so one GPU's single fault never scores 1.
+
+    Examples
+    --------
+    >>> node = XidSpreadScorer(window_hours=24, min_events=6, min_gpus=2)
+    >>> for hour, gpu in [(0, "a"), (1, "a"), (2, "a"), (3, "b"), (5, "b")]:
+    ...     node.learn_one({"t": hour, "gpu": gpu})
+    >>> node.score_one({"t": 6, "gpu": "c"})
+    1.0
+    """
+
+    def __init__(self, window_hours: float = 24.0, min_events: int = 6, min_gpus: int = 2) -> None:
+        self.window_hours = window_hours
+        self.min_events = min_events
+        self.min_gpus = min_gpus
+        self._window: deque[tuple[float, str]] = deque()
+
+    def learn_one(self, x: dict[FeatureName, Any]) -> None:
+        """Record one error of the family at ``x["t"]`` on GPU ``x["gpu"]``."""
+        t = float(x["t"])
+        while self._window and self._window[0][0] <= t - self.window_hours:
+            self._window.popleft()
+        self._window.append((t, str(x["gpu"])))
+
+    def score_one(self, x: dict[FeatureName, Any]) -> float:
+        """Score an error at ``x["t"]`` on ``x["gpu"]`` (the state is not changed)."""
+        t = float(x["t"])
+        recent = [(seen, gpu) for seen, gpu in self._window if seen > t - self.window_hours]
+        n = len(recent) + 1
+        gpus = len({gpu for _, gpu in recent} | {str(x["gpu"])})
+        return min(n / self.min_events, gpus / self.min_gpus)
+
+    @property
+    def gpus(self) -> tuple[str, ...]:
+        """GPUs with an error in the window, sorted (the incident's evidence)."""
+        return tuple(sorted({gpu for _, gpu in self._window}))
+
+
+def storm_filter(threshold: float = 1.0, **params: Any) -> Threshold:
+    """Template cloned per GPU: :class:`XidStormScorer` behind a threshold.
+
+    The filter protects the scorer: XIDs of a storm do not raise the GPU's own baseline, so a
+    GPU that storms every day keeps being flagged.
+    """
+    return Threshold(XidStormScorer(**params), threshold=threshold, protect_anomaly_detector=True)
+
+
+def spread_filter(threshold: float = 1.0, **params: Any) -> Threshold:
+    """Template cloned per node and family: :class:`XidSpreadScorer` behind a threshold.
+
+    Not protected: the window must hold every error, flagged or not, to measure the spread.
+    """
+    return Threshold(XidSpreadScorer(**params), threshold=threshold, protect_anomaly_detector=False)

@@ -1,0 +1,150 @@
+"""The River-protocol models: ECC trend, XID storm, NVLink spread; and lemon fleet statistics."""
+
+import pickle
+
+import pytest
+
+from detectors.core import CoreConfig, DetectionCore
+from detectors.ecc_trend import ecc_trend_filter
+from detectors.lemon import DAY_MS, LemonConfig, LemonTracker, poisson_surprise
+from detectors.xid_burst import XidStormScorer, spread_filter, storm_filter
+from schemas.records import EccSample, JobEvent, JobState, XidEvent
+
+HOUR = 3_600_000
+T0 = 1_704_067_200_000
+
+
+def flagged(model, x):
+    score = model.score_one(x)
+    model.learn_one(x)
+    return model.classify(score)
+
+
+def test_ecc_trend_flags_sustained_rises_not_stray_bursts():
+    steady = ecc_trend_filter()
+    assert [flagged(steady, {"sbe_delta": d, "hours": 6.0}) for d in (0, 2, 0, 0, 1, 0, 0, 0, 3)] == [False] * 9
+    degrading = ecc_trend_filter()
+    decisions = [flagged(degrading, {"sbe_delta": d, "hours": 6.0}) for d in (0, 2, 5, 11, 30)]
+    assert decisions == [False, False, False, True, True]
+
+
+def test_ecc_trend_spike_and_gaps():
+    model = ecc_trend_filter(spike_rate_per_hour=100.0)
+    assert flagged(model, {"sbe_delta": 700, "hours": 6.0})  # 117/h: a spike on its own
+    slow = ecc_trend_filter(spike_rate_per_hour=100.0)
+    assert not flagged(slow, {"sbe_delta": 700, "hours": 24.0 * 3})  # same count over a 3-day gap
+
+
+def test_storm_needs_many_xids_from_one_gpu_and_learns_nothing_from_storms():
+    model = storm_filter(window_hours=1.0, min_events=10)
+    decisions = [flagged(model, {"t": minute / 60}) for minute in range(0, 60, 5)]
+    assert decisions.index(True) == 9  # the 10th XID within the hour
+    scorer: XidStormScorer = model.anomaly_detector
+    assert scorer.window_count(1.0) < 12  # protected: flagged XIDs were not learned
+
+
+def test_storm_threshold_rises_with_the_fleet_usual_count():
+    model = storm_filter(window_hours=1.0, min_events=5)
+    decisions = [flagged(model, {"t": m / 60, "fleet_usual": 4.0}) for m in range(0, 60, 5)]
+    assert decisions.index(True) == 11  # 3 x fleet usual of 4 = 12 XIDs
+
+
+def test_spread_needs_several_gpus():
+    one_gpu = spread_filter(window_hours=24, min_events=4, min_gpus=2)
+    assert not any(flagged(one_gpu, {"t": h, "gpu": "a"}) for h in range(10))
+    spreading = spread_filter(window_hours=24, min_events=4, min_gpus=2)
+    decisions = [flagged(spreading, {"t": h, "gpu": g}) for h, g in enumerate("aabab")]
+    assert decisions == [False, False, False, True, True]
+
+
+def test_model_state_is_small_and_picklable():
+    storm = storm_filter().clone()
+    trend = ecc_trend_filter().clone()
+    for minute in range(30):
+        storm.learn_one({"t": minute / 60})
+        trend.learn_one({"sbe_delta": minute, "hours": 6.0})
+    assert len(pickle.dumps(trend)) < 600
+    assert len(pickle.dumps(storm)) < 2000
+    restored = pickle.loads(pickle.dumps(storm))
+    assert restored.score_one({"t": 0.6}) == storm.score_one({"t": 0.6})
+
+
+def test_poisson_surprise_is_monotone():
+    values = [poisson_surprise(n, 0.3) for n in range(6)]
+    assert values == sorted(values) and values[0] == 0.0
+    assert poisson_surprise(2, 5.0) < 0.1
+
+
+def test_lemon_needs_hardware_evidence_not_only_failed_jobs():
+    tracker = LemonTracker(LemonConfig(threshold=3.0, min_hardware=3))
+    for n in range(100):
+        tracker.see_node(f"n{n}")
+    for day in range(20):
+        tracker.record_failed_job("busy", f"user{day}", day * DAY_MS)  # a user's bad jobs
+    for day in range(3):
+        tracker.record("lemon", "hw_incidents", day * 5 * DAY_MS)
+        tracker.record("lemon", "hw_failures", day * 5 * DAY_MS)
+    verdicts = tracker.evaluate(20 * DAY_MS)
+    assert [v.node for v in verdicts] == ["lemon"]
+    assert set(verdicts[0].crossed) >= {"hw_incidents", "hw_failures"}
+    assert tracker.evaluate(50 * DAY_MS) == []  # the window slid past the evidence
+
+
+def xid(ts, node="n1", code=13, bus="0000:07:00"):
+    return XidEvent(ts_ms=ts, cluster="c", node=node, xid=code, pci_bus_id=bus)
+
+
+def incidents_of(records, config=None):
+    core = DetectionCore(config or CoreConfig())
+    for record in records:
+        assert core.process(record)
+    out = core.drain().incidents + core.finish().incidents
+    return out
+
+
+def test_core_turns_an_application_xid_storm_into_one_warn_incident():
+    storm = [xid(T0 + i * 60_000) for i in range(60)]
+    found = [i for i in incidents_of(storm) if i.kind == "xid_storm"]
+    assert len({i.incident_id for i in found}) == 1
+    assert found[0].severity.value == "warn"
+    assert found[0].gpu == "0000:07:00"
+    isolated = [xid(T0 + i * HOUR) for i in range(60)]
+    assert not [i for i in incidents_of(isolated) if i.kind == "xid_storm"]
+
+
+def test_core_flags_nvlink_errors_spreading_over_a_node():
+    buses = ["0000:07:00", "0000:0f:00", "0000:47:00"]
+    records = [xid(T0 + i * 30 * 60_000, code=144, bus=buses[i % 3]) for i in range(8)]
+    found = [i for i in incidents_of(records) if i.kind == "nvlink_flapping"]
+    assert found and found[0].gpu == "" and found[0].node == "n1"
+
+
+def test_core_flags_a_degrading_gpu_before_its_uncorrectable_error():
+    def sample(step, sbe, dbe=0):
+        return EccSample(ts_ms=T0 + step * 6 * HOUR, cluster="c", node="n1", gpu=0, pci_bus_id="0000:07:00",
+                         counters={"sbe_volatile": sbe, "dbe_volatile": dbe})  # fmt: skip
+
+    counts = [0, 0, 0, 2, 6, 14, 30, 62, 126]
+    records = [sample(i, c) for i, c in enumerate(counts)] + [sample(len(counts), 200, dbe=1)]
+    found = incidents_of(records)
+    trend = [i for i in found if i.kind == "ecc_trend"]
+    memory = [i for i in found if i.kind == "gpu_memory"]
+    assert trend and memory
+    assert trend[0].detected_ms == T0 + 5 * 6 * HOUR  # third rise in a row
+    assert trend[0].detected_ms < memory[0].detected_ms
+    assert len({i.incident_id for i in trend}) == 1  # one incident across 6-hourly evidence
+
+
+def test_core_names_a_lemon_node_from_fleet_statistics():
+    records = []
+    for n in range(60):
+        records.append(JobEvent(ts_ms=T0, cluster="c", job_id=f"idle{n}", state=JobState.RUNNING,
+                                nodes=(f"node{n:02d}",), gpus=8, start_ms=T0))  # fmt: skip
+    for day in range(0, 20, 4):
+        records.append(xid(T0 + day * DAY_MS, node="node07", code=79))
+        records.append(xid(T0 + day * DAY_MS + HOUR, node="node07", code=119, bus="0000:0f:00"))
+    records.append(xid(T0 + 25 * DAY_MS, node="node01", code=13))  # moves the watermark
+    lemons = [i for i in incidents_of(records) if i.kind == "lemon_node"]
+    assert {i.node for i in lemons} == {"node07"}
+    assert len({i.incident_id for i in lemons}) == 1
+    assert lemons[-1].evidence["counter_deltas"]["hw_incidents"] >= 5
