@@ -58,9 +58,8 @@ def main() -> int:
     pickled = len(pickle.dumps(core, protocol=pickle.HIGHEST_PROTOCOL))
     gpus = len({(r.node, r.gpu_key) for r in records if hasattr(r, "gpu_key")}) or 1
     nodes = len({r.node for r in records if hasattr(r, "node")})
-    print(
-        f"{len(records):,} records, {nodes:,} nodes, {gpus:,} GPUs; core alone: {len(records) / elapsed:,.0f} records/s"
-    )
+    rate = len(records) / elapsed
+    print(f"{len(records):,} records, {nodes:,} nodes, {gpus:,} GPUs; core (traced): {rate:,.0f} records/s")
     print(f"pickled state: {pickled:,} B = {pickled / gpus:,.0f} B per GPU")
     print(f"in-memory state (tracemalloc): {in_memory:,} B = {in_memory / gpus:,.0f} B per GPU")
     print(
