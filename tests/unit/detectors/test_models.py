@@ -2,8 +2,6 @@
 
 import pickle
 
-import pytest
-
 from detectors.core import CoreConfig, DetectionCore
 from detectors.ecc_trend import ecc_trend_filter
 from detectors.lemon import DAY_MS, LemonConfig, LemonTracker, poisson_surprise
@@ -22,7 +20,9 @@ def flagged(model, x):
 
 def test_ecc_trend_flags_sustained_rises_not_stray_bursts():
     steady = ecc_trend_filter()
-    assert [flagged(steady, {"sbe_delta": d, "hours": 6.0}) for d in (0, 2, 0, 0, 1, 0, 0, 0, 3)] == [False] * 9
+    assert [flagged(steady, {"sbe_delta": d, "hours": 6.0}) for d in (0, 2, 0, 0, 1, 0, 0, 0, 3)] == [
+        False
+    ] * 9
     degrading = ecc_trend_filter()
     decisions = [flagged(degrading, {"sbe_delta": d, "hours": 6.0}) for d in (0, 2, 5, 11, 30)]
     assert decisions == [False, False, False, True, True]
