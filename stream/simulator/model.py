@@ -9,21 +9,27 @@ An event-driven model of a GPU training cluster, calibrated to RSC-1 of Kokolis 
   nodes x run time. The scheduler is FIFO with EASY backfill: the blocked head of the queue holds
   a reservation (its *shadow time*), and later jobs may start if they end before it or use only
   nodes it does not need. Jobs go to the lowest-numbered free healthy nodes.
-* Hardware faults strike each node as a Poisson process at ``hardware_failure_rate`` per 1000
-  node-days of wall time, whether or not a job runs there. A fault logs a hardware-class XID on
-  one GPU. A job on the node dies 0.5 to 4 minutes later (FAILED or NODE_FAIL): a
-  hardware-attributed failure, and its user resubmits the rest of its work (a new job id, as
-  restarting from a checkpoint). The node is down for a repair of 2 to 24 hours, then reboots
+* Hardware faults strike each node as a Poisson process, whether or not a job runs there, at a
+  rate such that the cluster as a whole sees ``hardware_failure_rate`` per 1000 node-days of wall
+  time: lemon nodes (:mod:`stream.simulator.planted`) fail ``lemon_fault_multiplier`` times as
+  often as the others, and degrading GPUs end in an uncorrectable error. A fault logs a
+  hardware-class XID on one GPU. A job on the node dies 0.5 to 4 minutes later (FAILED or
+  NODE_FAIL): a hardware-attributed failure, and its user resubmits the rest of its work (a new
+  job id, as restarting from a checkpoint). The node is down for a repair of 2 to 24 hours, then reboots
   (volatile ECC counters reset). A fault on an idle node takes it out of service; no job dies.
 * About a quarter of the jobs end FAILED, CANCELLED, OUT_OF_MEMORY or TIMEOUT for user reasons;
   many leave application XIDs (13, 31, 43, 45, 68, 109) on their nodes just before they end.
-* A few percent of the GPUs accumulate correctable (SBE) errors: benign.
+* A few percent of the GPUs accumulate correctable (SBE) errors, a few percent log one or two
+  once, and nodes without faults are rebooted for maintenance: benign.
+* Planted anomalies with onsets (:mod:`stream.simulator.planted`): degrading GPUs, XID storms,
+  flapping NVLinks, lemon nodes.
 
 Ground truth agrees with the attribution rule of SPEC 4.4 (a FAILED/NODE_FAIL end is hardware
 when its nodes show a hardware-class XID from 10 minutes before to 5 minutes after it): a job
 killed by a fault ends at most 4 minutes after the XID, and a fault never lands within
 :data:`FAULT_QUIET_AFTER_END_MS` after a job ended on its node (it is postponed), so no job that
-failed for user reasons has a hardware XID in its window.
+failed for user reasons has a hardware XID in its window (storms and flapping links log only
+application XIDs and the non-fatal XID 144).
 
 Determinism: all random draws come from ``numpy.random.Generator(PCG64)`` streams spawned from
 the seed and are taken in an order fixed by the event order (ties broken by event kind and a
@@ -33,6 +39,7 @@ sequence number); nothing iterates over a set or reads a clock.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
@@ -42,6 +49,37 @@ import numpy as np
 import numpy.typing as npt
 
 from schemas.records import JobState
+from stream.simulator.events import (
+    MS_PER_DAY,
+    MS_PER_HOUR,
+    MS_PER_MINUTE,
+    MS_PER_SECOND,
+    EccEvent,
+    EccEventKind,
+    KernelLine,
+    KernelLineKind,
+    XidRecord,
+    job_pid,
+    line_us,
+)
+from stream.simulator.planted import (
+    DegradationRecord,
+    FlapRecord,
+    MaintenanceRecord,
+    StormDraw,
+    StormRecord,
+    choose_lemons,
+    degradation_record,
+    fault_rates,
+    lemon_xids,
+    plan_degradations,
+    plan_flapping,
+    plan_maintenance,
+    plan_sbe_blips,
+    plan_storms,
+    storm_lines,
+    storm_window,
+)
 
 __all__ = [
     "APPLICATION_XIDS",
@@ -49,20 +87,32 @@ __all__ = [
     "DGX_A100_PCI_BUS_IDS",
     "FAULT_KIND_CRITICAL_HW",
     "FAULT_QUIET_AFTER_END_MS",
+    "FAULT_SOURCE_BASE",
+    "FAULT_SOURCE_ECC_DEGRADATION",
+    "FAULT_SOURCE_LEMON",
     "HARDWARE_FAULT_TEMPLATES",
     "JOB_SIZE_MIX",
+    "LEMON_FAULT_TEMPLATES",
+    "MS_PER_DAY",
+    "MS_PER_HOUR",
+    "MS_PER_MINUTE",
+    "MS_PER_SECOND",
     "ClusterHistory",
+    "DegradationRecord",
     "EccEvent",
     "EccEventKind",
     "EccPlan",
     "EccScrape",
     "FaultRecord",
+    "FlapRecord",
     "HardwareFaultTemplate",
     "JobRecord",
     "JobSizeClass",
     "KernelLine",
     "KernelLineKind",
+    "MaintenanceRecord",
     "SimulationConfig",
+    "StormRecord",
     "XidRecord",
     "iter_ecc_scrapes",
     "job_pid",
@@ -70,10 +120,6 @@ __all__ = [
     "run_model",
 ]
 
-MS_PER_SECOND: Final = 1_000
-MS_PER_MINUTE: Final = 60_000
-MS_PER_HOUR: Final = 3_600_000
-MS_PER_DAY: Final = 86_400_000
 
 #: 2024-01-01T00:00:00Z in epoch milliseconds.
 DEFAULT_START_MS: Final = 1_704_067_200_000
@@ -83,8 +129,15 @@ DEFAULT_START_MS: Final = 1_704_067_200_000
 #: did not kill it.
 FAULT_QUIET_AFTER_END_MS: Final = 6 * MS_PER_MINUTE
 
-#: Kind of the faults this model plants (the truth's ``faults[].kind``).
+#: Kind of the critical hardware faults (the truth's ``faults[].kind``); the other kinds are in
+#: :mod:`stream.simulator.planted`.
 FAULT_KIND_CRITICAL_HW: Final = "critical_hw"
+
+#: What caused a critical fault (:attr:`FaultRecord.source`): the random faults every node has,
+#: the extra faults of a lemon node, the uncorrectable error that ends a degradation.
+FAULT_SOURCE_BASE: Final = "base"
+FAULT_SOURCE_LEMON: Final = "lemon"
+FAULT_SOURCE_ECC_DEGRADATION: Final = "ecc_degradation"
 
 #: PCI bus ids of the eight GPUs of a DGX A100, in GPU index order.
 DGX_A100_PCI_BUS_IDS: Final[tuple[str, ...]] = (
@@ -163,6 +216,17 @@ HARDWARE_FAULT_TEMPLATES: Final[tuple[HardwareFaultTemplate, ...]] = (
     HardwareFaultTemplate("row_remap_failure_direct", (64,), 0.05, remap_failure=True),
 )
 
+#: The extra faults of lemon nodes: the bus, GSP and micro-controller faults that take a node
+#: out with its job (mostly NODE_FAIL).
+LEMON_FAULT_TEMPLATES: Final[tuple[HardwareFaultTemplate, ...]] = (
+    HardwareFaultTemplate("fallen_off_bus", (79,), 0.45),
+    HardwareFaultTemplate("gsp_rpc_timeout", (119,), 0.35),
+    HardwareFaultTemplate("micro_controller_halt", (62,), 0.20),
+)
+_TEMPLATES_BY_NAME: Final[dict[str, HardwareFaultTemplate]] = {
+    template.name: template for template in (*HARDWARE_FAULT_TEMPLATES, *LEMON_FAULT_TEMPLATES)
+}
+
 
 class JobSizeClass(NamedTuple):
     """One job size of the mix: GPUs requested, share of jobs, lognormal duration."""
@@ -240,7 +304,7 @@ class SimulationConfig:
     cluster: str = "sim"
     start_ms: int = DEFAULT_START_MS
     ecc_interval_minutes: int = 360  # DCGM scrape period written to dcgm.prom
-    hardware_failure_rate: float = 6.5  # hardware faults per 1000 node-days of wall time (RSC-1)
+    hardware_failure_rate: float = 6.5  # critical faults per 1000 node-days of wall time, cluster-wide
     target_load: float = 0.85  # offered load: requested node-hours / node-hours of the span
     user_failed_fraction: float = 0.12  # jobs ending FAILED for user reasons (bugs, NCCL errors)
     user_cancelled_fraction: float = 0.06  # jobs cancelled by their user or an admin while running
@@ -261,7 +325,20 @@ class SimulationConfig:
     app_xid_healthy_probability: float = 0.02  # other jobs that log a transient application XID
     sbe_gpu_fraction: float = 0.03  # GPUs that accumulate correctable (SBE) errors
     sbe_rate_per_day: float = 4.0  # median SBE rate of those GPUs (lognormal spread, sigma 1)
-    noise_lines_per_xid: float = 3.0  # benign non-XID kernel lines per XID line in kernel.log
+    noise_lines_per_xid: float = 3.0  # benign non-XID kernel lines per XID line of faults and jobs
+    sbe_blip_gpu_fraction: float = 0.03  # GPUs that log 1 to 3 SBE errors once in the span (benign)
+    maintenance_rate: float = 5.0  # maintenance reboots per 1000 node-days, of nodes without faults
+    lemon_node_fraction: float = 0.015  # lemon nodes (at least one from 50 nodes); 1.2% on RSC-1
+    lemon_fault_multiplier: float = 15.0  # critical fault rate of a lemon / that of a healthy node
+    lemon_node_fail_fraction: float = 0.7  # jobs killed by a lemon's extra faults that end NODE_FAIL
+    lemon_extra_xids_per_day: float = 3.0  # extra application XIDs per lemon node-day (while busy)
+    ecc_degradation_gpu_fraction: float = 0.003  # GPUs that start degrading (SBE rate rising) per 30 days
+    ecc_degradation_failure_probability: float = 0.7  # degradations ending in an uncorrectable error
+    ecc_degradation_min_days: float = 2.0  # a degradation grows this long before its failure, at least
+    ecc_degradation_max_days: float = 7.0  # ... and at most (uniform)
+    xid_storm_rate: float = 1.0  # XID storms per 1000 node-days (only on a node running a job)
+    xid_storm_kill_probability: float = 0.5  # storms that kill their job (FAILED, user-looking)
+    nvlink_flapping_rate: float = 0.5  # flapping NVLink episodes per 1000 node-days
     dcgm_changed_only: bool = False  # write only DCGM series that changed since the last scrape
 
     def __post_init__(self) -> None:
@@ -288,6 +365,15 @@ class SimulationConfig:
             (self.resubmit_delay_max_s >= 60, "resubmit_delay_max_s must be >= 60"),
             (self.noise_lines_per_xid >= 0, "noise_lines_per_xid must be >= 0"),
             (self.sbe_rate_per_day >= 0, "sbe_rate_per_day must be >= 0"),
+            (self.maintenance_rate >= 0, "maintenance_rate must be >= 0"),
+            (self.lemon_fault_multiplier >= 1, "lemon_fault_multiplier must be >= 1"),
+            (self.lemon_extra_xids_per_day >= 0, "lemon_extra_xids_per_day must be >= 0"),
+            (
+                0 < self.ecc_degradation_min_days <= self.ecc_degradation_max_days,
+                "degradation days must be 0 < min <= max",
+            ),
+            (self.xid_storm_rate >= 0, "xid_storm_rate must be >= 0"),
+            (self.nvlink_flapping_rate >= 0, "nvlink_flapping_rate must be >= 0"),
             (self.cluster.strip() != "", "cluster must not be empty"),
         )
         for ok, message in checks:
@@ -304,6 +390,12 @@ class SimulationConfig:
             "app_xid_failed_probability": self.app_xid_failed_probability,
             "app_xid_healthy_probability": self.app_xid_healthy_probability,
             "sbe_gpu_fraction": self.sbe_gpu_fraction,
+            "sbe_blip_gpu_fraction": self.sbe_blip_gpu_fraction,
+            "lemon_node_fraction": self.lemon_node_fraction,
+            "lemon_node_fail_fraction": self.lemon_node_fail_fraction,
+            "ecc_degradation_gpu_fraction": self.ecc_degradation_gpu_fraction,
+            "ecc_degradation_failure_probability": self.ecc_degradation_failure_probability,
+            "xid_storm_kill_probability": self.xid_storm_kill_probability,
         }
         for name, value in fractions.items():
             if not 0 <= value <= 1:
@@ -354,15 +446,6 @@ def pci_bus_id(gpu: int) -> str:
     return f"0001:{gpu:02x}:00"
 
 
-def job_pid(job_index: int, node: int) -> int:
-    """Return the deterministic pid of a job's training process on one of its nodes.
-
-    >>> job_pid(0, 0)
-    3000
-    """
-    return 3000 + (job_index * 2_654_435_761 + node * 40_503) % 4_000_000
-
-
 # ---------------------------------------------------------------------------------------------
 # Output records of the model
 
@@ -394,6 +477,9 @@ class JobRecord:
         Index in :attr:`ClusterHistory.faults` of the fault that killed the job, else ``None``.
     resubmit_of
         Job id of the hardware-killed job whose remaining work this job carries on.
+    storm_index
+        Index in :attr:`ClusterHistory.storms` of the XID storm that killed the job (a failure
+        for user reasons), else ``None``.
     """
 
     index: int
@@ -412,6 +498,7 @@ class JobRecord:
     process: str
     fault_index: int | None
     resubmit_of: str | None = None
+    storm_index: int | None = None
 
     @property
     def gpus_per_node_used(self) -> int:
@@ -441,6 +528,12 @@ class FaultRecord:
         When the node came back and rebooted (may lie after the span).
     gpu_replaced
         The repair replaced the GPU (clears ``ROW_REMAP_FAILURE``).
+    source
+        :data:`FAULT_SOURCE_BASE`, :data:`FAULT_SOURCE_LEMON` (an extra fault of a lemon node) or
+        :data:`FAULT_SOURCE_ECC_DEGRADATION` (the failure ending degradation ``degradation``).
+    degradation
+        :attr:`~stream.simulator.planted.DegradationPlan.index` of that degradation (its
+        ``deg-N`` id in the truth is ``index + 1``), else ``None``.
     """
 
     index: int
@@ -454,56 +547,8 @@ class FaultRecord:
     killed_job: bool
     repaired_ms: int
     gpu_replaced: bool
-
-
-class XidRecord(NamedTuple):
-    """One ``NVRM: Xid`` kernel line; ``ts_us`` has a sub-millisecond part below 400 us, so
-    rounding and truncating to milliseconds agree."""
-
-    ts_us: int
-    node: int
-    gpu: int
-    xid: int
-    pid: int | None
-    process: str
-
-
-class KernelLineKind:
-    """Kinds of the non-XID kernel lines."""
-
-    NOISE: Final = 0  # benign kernel message; ``arg`` picks the template, ``variant`` its numbers
-    BOOT_DRIVER: Final = 1  # "NVRM: loading NVIDIA UNIX x86_64 Kernel Module ..." after a reboot
-    BOOT_NVLINK: Final = 2  # "nvidia-nvlink: Nvlink Core is being initialized ..." after a reboot
-    GPU_AT: Final = 3  # "NVRM: GPU at PCI:<bus>: GPU-<uuid>" before a hardware XID; ``arg`` = GPU
-
-
-class KernelLine(NamedTuple):
-    """One non-XID kernel line (see :class:`KernelLineKind`)."""
-
-    ts_us: int
-    node: int
-    kind: int
-    arg: int
-    variant: int
-
-
-class EccEventKind:
-    """Kinds of :class:`EccEvent`, in the order they apply at the same millisecond."""
-
-    DBE: Final = 0  # one uncorrectable error on the GPU
-    RETIRE_PENDING: Final = 1  # the GPU has a retirement/remap pending until the next reboot
-    REMAP_FAILURE: Final = 2  # row remapping failed on the GPU
-    REBOOT: Final = 3  # the node rebooted: volatile counters and pending flags reset (gpu = -1)
-    GPU_REPLACED: Final = 4  # the GPU was replaced during the repair: remap failure clears
-
-
-class EccEvent(NamedTuple):
-    """A change of the ECC counters of a GPU (or of a whole node, for a reboot)."""
-
-    ts_ms: int
-    kind: int
-    node: int
-    gpu: int
+    source: str = FAULT_SOURCE_BASE
+    degradation: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -555,6 +600,16 @@ class ClusterHistory:
         Other kernel lines, in time order.
     exposure_node_ms
         Node-milliseconds of all runs, each clipped to the span's end.
+    lemon_nodes
+        Node indices of the lemons, ascending.
+    degradations
+        Degrading GPUs that showed within the span, in start order.
+    storms
+        XID storms that happened (on a running job), in onset order.
+    flaps
+        Flapping NVLink episodes, in onset order.
+    maintenance
+        Maintenance reboots, in time order.
     """
 
     config: SimulationConfig
@@ -564,6 +619,11 @@ class ClusterHistory:
     kernel_lines: tuple[KernelLine, ...]
     ecc: EccPlan
     exposure_node_ms: int
+    lemon_nodes: tuple[int, ...] = ()
+    degradations: tuple[DegradationRecord, ...] = ()
+    storms: tuple[StormRecord, ...] = ()
+    flaps: tuple[FlapRecord, ...] = ()
+    maintenance: tuple[MaintenanceRecord, ...] = ()
 
     @property
     def exposure_node_days(self) -> float:
@@ -669,8 +729,18 @@ def _mean_node_ms(config: SimulationConfig) -> float:
 
 _FREE, _BUSY, _DOWN = 0, 1, 2
 # Event kinds, in the order they are handled at the same millisecond.
-_EV_REPAIR, _EV_END, _EV_FAULT, _EV_ARRIVAL = 0, 1, 2, 3
+_EV_REPAIR, _EV_END, _EV_FAULT, _EV_ARRIVAL, _EV_STORM = 0, 1, 2, 3, 4
 _NEVER: Final = 1 << 62
+
+
+class _FaultPlan(NamedTuple):
+    """A critical fault to strike a node: its cause and, for a degradation, GPU and template."""
+
+    node: int
+    source: str
+    gpu: int = -1  # -1: drawn at the onset among the GPUs of the running job
+    template: str = ""  # "": drawn from the mix of the source
+    degradation: int = -1  # DegradationPlan.index of a degradation failure
 
 
 def _ceil_second(ts_ms: int) -> int:
@@ -681,10 +751,25 @@ class _Cluster:
     """State of the event-driven simulation: nodes, queue, running jobs, events."""
 
     def __init__(
-        self, config: SimulationConfig, demand: _Demand, submit_ms: list[int], rng: np.random.Generator
+        self,
+        config: SimulationConfig,
+        demand: _Demand,
+        submit_ms: list[int],
+        rng: np.random.Generator,
+        fault_plans: list[_FaultPlan] | None = None,
+        protected: dict[int, tuple[int, int]] | None = None,
+        storm_draws: tuple[StormDraw, ...] = (),
     ) -> None:
         self.config = config
         self.rng = rng
+        # Payloads of the fault events; base faults on a node in its protected window (around a
+        # degradation, whose SBE counter must not be reset by a reboot) are dropped.
+        self.fault_plans = fault_plans if fault_plans is not None else []
+        self.protected = protected if protected is not None else {}
+        self.storm_draws = storm_draws
+        self.storms: list[StormRecord] = []
+        self.degradation_fault: dict[int, int] = {}  # DegradationPlan.index -> fault index
+        self.natural_outcome: dict[int, int] = {}  # outcome of a job before a storm doomed it
         # Job attributes, by internal job number (arrival order of the demand, then resubmissions).
         self.submit = list(submit_ms)
         self.nnodes: list[int] = demand.nnodes.tolist()
@@ -716,6 +801,7 @@ class _Cluster:
         self.killed_by = [-1] * jobs
         self.killed_at = [-1] * jobs
         self.resubmit_draws: list[tuple[float, float]] = [(1.0, 0.0)] * jobs
+        self.storm_of = [-1] * jobs  # storm on the job (at most one)
         self.kill_state: dict[int, JobState] = {}
         self.job_nodes: list[tuple[int, ...]] = [()] * jobs
         self.faults: list[FaultRecord] = []
@@ -725,6 +811,8 @@ class _Cluster:
         self.shadow_dirty = True
         weights = np.array([template.weight for template in HARDWARE_FAULT_TEMPLATES])
         self.template_cdf = np.cumsum(weights / weights.sum())
+        lemon_weights = np.array([template.weight for template in LEMON_FAULT_TEMPLATES])
+        self.lemon_cdf = np.cumsum(lemon_weights / lemon_weights.sum())
 
     def push(self, ts_ms: int, kind: int, payload: int) -> None:
         """Schedule an event."""
@@ -738,6 +826,7 @@ class _Cluster:
             _EV_END: self.on_end,
             _EV_FAULT: self.on_fault,
             _EV_ARRIVAL: self.on_arrival,
+            _EV_STORM: self.on_storm,
         }
         while self.events and self.events[0][0] <= end_ms:
             ts_ms, kind, _, payload = heapq.heappop(self.events)
@@ -764,6 +853,7 @@ class _Cluster:
         copied = (self.nnodes, self.gpus, self.outcome, self.user, self.name, self.process, self.exit_code)
         for attribute in copied:
             attribute.append(attribute[job])
+        self.outcome[new] = self.natural_outcome.get(job, self.outcome[new])
         self.cancel_kind.append(self.cancel_kind[job])
         self.runtime.append(max(remaining // MS_PER_SECOND * MS_PER_SECOND, MS_PER_MINUTE))  # whole seconds
         self.resubmit_of.append(job)
@@ -774,6 +864,7 @@ class _Cluster:
         self.killed_by.append(-1)
         self.killed_at.append(-1)
         self.resubmit_draws.append((1.0, 0.0))
+        self.storm_of.append(-1)
         self.job_nodes.append(())
         self.push(submit, _EV_ARRIVAL, new)
 
@@ -802,21 +893,33 @@ class _Cluster:
         self.shadow_dirty = True
         self.schedule(now)
 
-    def on_fault(self, now: int, node: int) -> None:
+    def on_fault(self, now: int, planned: int) -> None:
         config = self.config
+        plan = self.fault_plans[planned]
+        node = plan.node
         if self.state[node] == _DOWN:
             return  # the node is already out for repair: the fault is moot
+        window = self.protected.get(node, (_NEVER, _NEVER))
+        if plan.source != FAULT_SOURCE_ECC_DEGRADATION and window[0] <= now <= window[1]:
+            return  # the node's degrading GPU is the fault planted there
         if now - self.last_end[node] < FAULT_QUIET_AFTER_END_MS:
             later = now + FAULT_QUIET_AFTER_END_MS
             if later < config.end_ms:
-                self.push(later, _EV_FAULT, node)
+                self.push(later, _EV_FAULT, planned)
             return
         rng = self.rng
         draws = rng.random(8)  # template, gpu, kill delay, NODE_FAIL, repair, replacement, resubmission
-        template = HARDWARE_FAULT_TEMPLATES[int(np.searchsorted(self.template_cdf, draws[0], side="right"))]
+        lemon = plan.source == FAULT_SOURCE_LEMON
+        if plan.template:
+            template = _TEMPLATES_BY_NAME[plan.template]
+        elif lemon:
+            template = LEMON_FAULT_TEMPLATES[int(np.searchsorted(self.lemon_cdf, draws[0], side="right"))]
+        else:
+            drawn = int(np.searchsorted(self.template_cdf, draws[0], side="right"))
+            template = HARDWARE_FAULT_TEMPLATES[drawn]
         job = self.node_job[node]
         gpu_choices = -(-self.gpus[job] // self.nnodes[job]) if job >= 0 else config.gpus_per_node
-        gpu = min(int(draws[1] * gpu_choices), gpu_choices - 1)
+        gpu = plan.gpu if plan.gpu >= 0 else min(int(draws[1] * gpu_choices), gpu_choices - 1)
         index = len(self.faults)
         killed = job >= 0 and self.killed_by[job] < 0
         if killed:
@@ -829,7 +932,7 @@ class _Cluster:
             self.killed_by[job] = index
             self.killed_at[job] = now
             self.resubmit_draws[job] = (float(draws[6]), float(draws[7]))
-            node_fail = draws[3] < config.node_fail_fraction
+            node_fail = draws[3] < (config.lemon_node_fail_fraction if lemon else config.node_fail_fraction)
             self.kill_state[job] = JobState.NODE_FAIL if node_fail else JobState.FAILED
         if job < 0:
             self.free_count -= 1  # it stays in the free heap: skipped when popped
@@ -850,9 +953,43 @@ class _Cluster:
                 killed_job=killed,
                 repaired_ms=repaired,
                 gpu_replaced=bool(template.remap_failure and draws[5] < config.gpu_replace_probability),
+                source=plan.source,
+                degradation=plan.degradation if plan.degradation >= 0 else None,
             )
         )
+        if plan.degradation >= 0:
+            self.degradation_fault[plan.degradation] = index
         self.shadow_dirty = True
+
+    def on_storm(self, now: int, index: int) -> None:
+        """An XID storm on a GPU of the job running on the node (none on an idle node)."""
+        draw = self.storm_draws[index]
+        node = draw.node
+        job = self.node_job[node]
+        if job < 0 or self.state[node] != _BUSY or self.killed_by[job] >= 0 or self.storm_of[job] >= 0:
+            return
+        last = storm_window(draw, now, self.end[job])
+        if last is None:
+            return
+        config = self.config
+        used = -(-self.gpus[job] // self.nnodes[job])
+        gpu = min(int(draw.gpu_draw * used), used - 1)
+        if draw.kill:
+            # The job dies of its own errors shortly after the last line: FAILED, for user reasons.
+            spread = config.kill_delay_max_s - config.kill_delay_min_s
+            delay = config.kill_delay_min_s + draw.delay_draw * spread
+            new_end = _ceil_second(last + round(delay * MS_PER_SECOND))
+            del self.running[bisect.bisect_left(self.running, (self.end[job], job))]
+            self.end[job] = new_end
+            bisect.insort(self.running, (new_end, job))
+            self.push(new_end, _EV_END, job)
+            self.natural_outcome[job] = self.outcome[job]
+            self.outcome[job] = _OUT_FAILED
+            self.shadow_dirty = True
+        self.storm_of[job] = len(self.storms)
+        self.storms.append(
+            StormRecord(len(self.storms), node, gpu, draw.xid, draw.lines, job, now, last, draw.kill)
+        )
 
     # -- scheduling ----------------------------------------------------------------------------
 
@@ -934,11 +1071,15 @@ def run_model(config: SimulationConfig) -> ClusterHistory:
     Returns
     -------
     ClusterHistory
-        Jobs, faults, kernel lines and ECC plan; the same config gives an equal history.
+        Jobs, faults, planted anomalies, kernel lines and ECC plan; the same config gives an
+        equal history.
     """
-    streams = [np.random.Generator(np.random.PCG64(s)) for s in np.random.SeedSequence(config.seed).spawn(6)]
-    rng_jobs, rng_faults, rng_sched, rng_xids, rng_ecc, rng_noise = streams
+    streams = [np.random.Generator(np.random.PCG64(s)) for s in np.random.SeedSequence(config.seed).spawn(16)]
+    rng_jobs, rng_faults, rng_sched, rng_xids, rng_ecc, rng_noise = streams[:6]
+    rng_lemons, rng_lemon_faults, rng_degrade, rng_degrade_sbe, rng_storms, rng_storm_lines = streams[6:12]
+    rng_flaps, rng_maintenance, rng_blips, rng_lemon_xids = streams[12:]
     start, span = config.start_ms, config.span_ms
+    days = span / MS_PER_DAY
 
     # Arrivals: a Poisson process whose offered load is target_load of the cluster.
     rate_per_ms = config.target_load * config.nodes / _mean_node_ms(config)
@@ -946,23 +1087,75 @@ def run_model(config: SimulationConfig) -> ClusterHistory:
     arrivals = np.sort(rng_jobs.integers(0, span // MS_PER_SECOND, size=count)) * MS_PER_SECOND + start
     demand = _draw_demand(rng_jobs, count, config)
 
-    # Hardware faults: per node Poisson over wall time, i.e. uniform times, uniform nodes.
-    expected = config.hardware_failure_rate / 1000.0 * config.nodes * span / MS_PER_DAY
-    fault_count = int(rng_faults.poisson(expected))
-    fault_times = np.sort(rng_faults.integers(start, start + span, size=fault_count))
-    fault_nodes = rng_faults.integers(0, config.nodes, size=fault_count)
+    # Critical faults: per node Poisson over wall time (uniform times and nodes), lemons' extra
+    # faults, and the failures of degrading GPUs; together hardware_failure_rate cluster-wide.
+    lemons = choose_lemons(config, rng_lemons)
+    rates = fault_rates(config, len(lemons))
+    degrading = plan_degradations(config, lemons, rng_degrade)
+    plans: list[_FaultPlan] = []
+    onsets: list[int] = []
+    fault_count = int(rng_faults.poisson(rates.healthy / 1000.0 * config.nodes * days))
+    onsets += np.sort(rng_faults.integers(start, start + span, size=fault_count)).tolist()
+    base_nodes = rng_faults.integers(0, config.nodes, size=fault_count).tolist()
+    plans += [_FaultPlan(node, FAULT_SOURCE_BASE) for node in base_nodes]
+    if lemons:
+        extra = int(rng_lemon_faults.poisson(rates.lemon_extra / 1000.0 * len(lemons) * days))
+        onsets += np.sort(rng_lemon_faults.integers(start, start + span, size=extra)).tolist()
+        picks = rng_lemon_faults.integers(0, len(lemons), size=extra).tolist()
+        plans += [_FaultPlan(lemons[pick], FAULT_SOURCE_LEMON) for pick in picks]
+    protected: dict[int, tuple[int, int]] = {}
+    margin = round(config.repair_max_hours * MS_PER_HOUR) + MS_PER_HOUR
+    for plan in degrading:
+        last = plan.failure_ms if plan.failure_ms is not None else config.end_ms
+        protected[plan.node] = (plan.start_ms - margin, last + MS_PER_HOUR)
+        if plan.failure_ms is not None:
+            onsets.append(plan.failure_ms)
+            plans.append(
+                _FaultPlan(plan.node, FAULT_SOURCE_ECC_DEGRADATION, plan.gpu, plan.template, plan.index)
+            )
+    storm_draws = plan_storms(config, rng_storms)
 
-    cluster = _Cluster(config, demand, arrivals.tolist(), rng_sched)
+    cluster = _Cluster(config, demand, arrivals.tolist(), rng_sched, plans, protected, storm_draws)
     for job, ts_ms in enumerate(arrivals.tolist()):
         cluster.push(ts_ms, _EV_ARRIVAL, job)
-    for ts_ms, node in zip(fault_times.tolist(), fault_nodes.tolist(), strict=True):
-        cluster.push(ts_ms, _EV_FAULT, node)
+    for planned, ts_ms in enumerate(onsets):
+        cluster.push(ts_ms, _EV_FAULT, planned)
+    for index, draw in enumerate(storm_draws):
+        cluster.push(draw.ts_ms, _EV_STORM, index)
     cluster.run(config.end_ms)
 
     jobs = _job_records(cluster)
     faults = tuple(cluster.faults)
     by_index = {job.index: job for job in jobs}
-    xids, kernel_lines = _kernel_events(config, jobs, by_index, faults, rng_xids, rng_noise)
+
+    storms, storm_xids = _storm_evidence(config, cluster, by_index, rng_storm_lines)
+    flaps, flap_xids = plan_flapping(config, rng_flaps)
+    scrapes = tuple(config.start_ms + k * config.ecc_interval_ms for k in range(config.scrape_count))
+    ecc_events: list[EccEvent] = []
+    degradations: list[DegradationRecord] = []
+    for plan in degrading:
+        fault_index = cluster.degradation_fault.get(plan.index)
+        failure = faults[fault_index].onset_ms if fault_index is not None else None
+        record = degradation_record(plan, failure, fault_index, scrapes, rng_degrade_sbe, ecc_events)
+        if record is not None:
+            degradations.append(record)
+    faulty = {fault.node for fault in faults} | set(lemons) | {plan.node for plan in degrading}
+    faulty |= {storm.node for storm in storms} | {flap.node for flap in flaps}
+    maintenance = plan_maintenance(config, jobs, faulty, rng_maintenance)
+    degrading_gpus = {plan.node * config.gpus_per_node + plan.gpu for plan in degrading}
+    ecc_events += plan_sbe_blips(config, degrading_gpus, rng_blips)
+    ecc_events += [EccEvent(item.ts_ms, EccEventKind.REBOOT, item.node, -1) for item in maintenance]
+
+    xids, kernel_lines = _kernel_events(
+        config,
+        jobs,
+        by_index,
+        faults,
+        rng_xids,
+        rng_noise,
+        planted=[*storm_xids, *flap_xids, *lemon_xids(config, lemons, jobs, rng_lemon_xids)],
+        maintenance=maintenance,
+    )
     exposure = sum(
         len(job.nodes)
         * (min(job.end_ms if job.end_ms is not None else config.end_ms, config.end_ms) - job.start_ms)
@@ -974,9 +1167,36 @@ def run_model(config: SimulationConfig) -> ClusterHistory:
         faults=faults,
         xids=xids,
         kernel_lines=kernel_lines,
-        ecc=_ecc_plan(config, faults, rng_ecc),
+        ecc=_ecc_plan(config, faults, rng_ecc, ecc_events, degrading_gpus),
         exposure_node_ms=exposure,
+        lemon_nodes=lemons,
+        degradations=tuple(degradations),
+        storms=storms,
+        flaps=flaps,
+        maintenance=maintenance,
     )
+
+
+def _storm_evidence(
+    config: SimulationConfig, cluster: _Cluster, by_index: dict[int, JobRecord], rng: np.random.Generator
+) -> tuple[tuple[StormRecord, ...], list[XidRecord]]:
+    """Lines of the storms that happened, and the storms as logged (cut at the job's end)."""
+    records: list[StormRecord] = []
+    lines: list[XidRecord] = []
+    for storm in cluster.storms:
+        job = by_index[storm.job_index]
+        until = min(job.end_ms if job.end_ms is not None else config.end_ms, config.end_ms)
+        logged = storm_lines(storm, until, job_pid(job.index, storm.node), job.process, rng)
+        lines += logged
+        records.append(
+            dataclasses.replace(
+                storm,
+                lines=len(logged),
+                end_ms=logged[-1].ts_us // 1000,
+                killed_job=job.storm_index == storm.index,
+            )
+        )
+    return tuple(records), lines
 
 
 def _job_records(cluster: _Cluster) -> tuple[JobRecord, ...]:
@@ -1002,6 +1222,8 @@ def _job_records(cluster: _Cluster) -> tuple[JobRecord, ...]:
             if state is JobState.CANCELLED and cancel_kind < 0.85:
                 cancelled_by = _ADMIN_UID if cancel_kind < 0.10 else uid
         previous = cluster.resubmit_of[job]
+        storm = cluster.storm_of[job]
+        storm_killed = storm >= 0 and fault < 0 and end is not None and cluster.storms[storm].killed_job
         records.append(
             JobRecord(
                 index=job,
@@ -1020,6 +1242,7 @@ def _job_records(cluster: _Cluster) -> tuple[JobRecord, ...]:
                 process=_PROCESS_NAMES[cluster.process[job]],
                 fault_index=fault if fault >= 0 else None,
                 resubmit_of=str(cluster.job_id[previous]) if previous >= 0 else None,
+                storm_index=storm if storm_killed else None,
             )
         )
     records.sort(key=lambda record: int(record.job_id))
@@ -1031,11 +1254,6 @@ def _pick(rng: np.random.Generator, mix: tuple[tuple[int, float], ...]) -> int:
     return mix[int(rng.choice(len(mix), p=weights / weights.sum()))][0]
 
 
-def _us(ts_ms: int, rng: np.random.Generator) -> int:
-    """A microsecond time within ``ts_ms`` whose sub-millisecond part stays below 400 us."""
-    return ts_ms * 1000 + int(rng.integers(0, 400))
-
-
 def _kernel_events(
     config: SimulationConfig,
     jobs: tuple[JobRecord, ...],
@@ -1043,28 +1261,42 @@ def _kernel_events(
     faults: tuple[FaultRecord, ...],
     rng: np.random.Generator,
     rng_noise: np.random.Generator,
+    *,
+    planted: list[XidRecord],
+    maintenance: tuple[MaintenanceRecord, ...],
 ) -> tuple[tuple[XidRecord, ...], tuple[KernelLine, ...]]:
-    """XID lines of faults and jobs, boot lines of repairs, and benign kernel noise."""
+    """XID lines of faults and jobs, boot lines of repairs and maintenance, and kernel noise.
+
+    The noise lines scale with the XIDs of faults and jobs only: the ``planted`` XID lines
+    (storms, flapping links, lemons' extra XIDs) are added as they are and make the rest of the
+    kernel no chattier.
+    """
     xids: list[XidRecord] = []
     lines: list[KernelLine] = []
     end_ms = config.end_ms
 
     for fault in faults:
         job = by_index[fault.job_index] if fault.job_index is not None else None
-        pid = job_pid(job.index, fault.node) if job is not None else None
-        process = job.process if job is not None else ""
+        # A degrading GPU may fail outside the GPUs its node's job uses: no process then.
+        own = job is not None and fault.gpu < job.gpus_per_node_used
+        pid = job_pid(job.index, fault.node) if job is not None and own else None
+        process = job.process if job is not None and own else ""
         ts_ms = fault.onset_ms
-        onset_us = _us(ts_ms, rng)
+        onset_us = line_us(ts_ms, rng)
         lines.append(KernelLine(onset_us, fault.node, KernelLineKind.GPU_AT, fault.gpu, 0))
         xids.append(XidRecord(onset_us, fault.node, fault.gpu, fault.xids[0], pid, process))
         for code in fault.xids[1:]:
             ts_ms += int(rng.integers(500, 3000))
             if ts_ms < end_ms:
-                xids.append(XidRecord(_us(ts_ms, rng), fault.node, fault.gpu, code, pid, process))
+                xids.append(XidRecord(line_us(ts_ms, rng), fault.node, fault.gpu, code, pid, process))
         if fault.repaired_ms + 6 * MS_PER_SECOND < end_ms:
             boot_us = (fault.repaired_ms + 5 * MS_PER_SECOND) * 1000
             lines.append(KernelLine(boot_us, fault.node, KernelLineKind.BOOT_DRIVER, 0, 0))
             lines.append(KernelLine(boot_us + 211_000, fault.node, KernelLineKind.BOOT_NVLINK, 0, 0))
+    for reboot in maintenance:
+        boot_us = (reboot.ts_ms + 5 * MS_PER_SECOND) * 1000
+        lines.append(KernelLine(boot_us, reboot.node, KernelLineKind.BOOT_DRIVER, 0, 0))
+        lines.append(KernelLine(boot_us + 211_000, reboot.node, KernelLineKind.BOOT_NVLINK, 0, 0))
 
     app_codes = tuple(code for code, _ in _APP_XID_MIX)
     for job in jobs:
@@ -1082,7 +1314,9 @@ def _kernel_events(
                 for gpu in sorted(int(value) for value in chosen):
                     ts_ms = fault.onset_ms + int(rng.integers(1_000, 20_000))
                     if ts_ms < min(job.end_ms, end_ms):
-                        xids.append(XidRecord(_us(ts_ms, rng), fault.node, gpu, 45, pid, job.process))
+                        xids.append(XidRecord(line_us(ts_ms, rng), fault.node, gpu, 45, pid, job.process))
+        elif job.storm_index is not None:
+            pass  # killed by its XID storm: the storm's lines are its failure burst
         elif job.state is JobState.COMPLETED:
             if draw < config.app_xid_healthy_probability:
                 _transient(job, job.end_ms, used, rng, xids)
@@ -1094,8 +1328,9 @@ def _kernel_events(
                     code = app_codes[int(rng.integers(0, 2))]  # 13 or 31
                 _failure_burst(job, code, used, rng, xids)
 
-    xids.sort()
     noise = round(config.noise_lines_per_xid * len(xids))
+    xids += planted
+    xids.sort(key=_xid_order)
     if noise:
         times = rng_noise.integers(config.start_ms * 1000, end_ms * 1000, size=noise)
         nodes = rng_noise.integers(0, config.nodes, size=noise)
@@ -1109,6 +1344,12 @@ def _kernel_events(
         )
     lines.sort()
     return tuple(xids), tuple(lines)
+
+
+def _xid_order(record: XidRecord) -> tuple[int, int, int, int, int, str]:
+    """Sort key of XID lines (an unknown pid sorts first)."""
+    pid = -1 if record.pid is None else record.pid
+    return (record.ts_us, record.node, record.gpu, record.xid, pid, record.process)
 
 
 def _failure_burst(
@@ -1129,7 +1370,7 @@ def _failure_burst(
             for _ in range(int(rng.integers(1, 4))):
                 if ts_ms >= job.end_ms:
                     break
-                out.append(XidRecord(_us(ts_ms, rng), node, gpu, code, pid, job.process))
+                out.append(XidRecord(line_us(ts_ms, rng), node, gpu, code, pid, job.process))
                 ts_ms += int(rng.integers(1, 2_000))
 
 
@@ -1143,15 +1384,23 @@ def _transient(
     gpu = int(rng.integers(0, used))
     ts_ms = int(rng.integers(job.start_ms + MS_PER_SECOND, until_ms))
     code = _pick(rng, _TRANSIENT_XID_MIX)
-    out.append(XidRecord(_us(ts_ms, rng), node, gpu, code, job_pid(job.index, node), job.process))
+    out.append(XidRecord(line_us(ts_ms, rng), node, gpu, code, job_pid(job.index, node), job.process))
 
 
-def _ecc_plan(config: SimulationConfig, faults: tuple[FaultRecord, ...], rng: np.random.Generator) -> EccPlan:
+def _ecc_plan(
+    config: SimulationConfig,
+    faults: tuple[FaultRecord, ...],
+    rng: np.random.Generator,
+    planted: list[EccEvent],
+    degrading: set[int],
+) -> EccPlan:
+    """Counter events of the faults and repairs, plus the ``planted`` ones (degradations, SBE
+    blips, maintenance reboots), and the steady SBE accumulators (never a ``degrading`` GPU, so
+    that a degradation's onset is the first rise of its counter)."""
     scrapes = tuple(config.start_ms + k * config.ecc_interval_ms for k in range(config.scrape_count))
-    events: list[EccEvent] = []
-    templates = {template.name: template for template in HARDWARE_FAULT_TEMPLATES}
+    events: list[EccEvent] = list(planted)
     for fault in faults:
-        template = templates[fault.template]
+        template = _TEMPLATES_BY_NAME[fault.template]
         if template.dbe:
             events.append(EccEvent(fault.onset_ms, EccEventKind.DBE, fault.node, fault.gpu))
         if template.retire_pending:
@@ -1164,7 +1413,8 @@ def _ecc_plan(config: SimulationConfig, faults: tuple[FaultRecord, ...], rng: np
                 events.append(EccEvent(fault.repaired_ms, EccEventKind.GPU_REPLACED, fault.node, fault.gpu))
     events.sort()
     total = config.nodes * config.gpus_per_node
-    chosen = rng.choice(total, size=round(config.sbe_gpu_fraction * total), replace=False)
+    pool = np.setdiff1d(np.arange(total, dtype=np.int64), np.array(sorted(degrading), dtype=np.int64))
+    chosen = rng.choice(pool, size=min(len(pool), round(config.sbe_gpu_fraction * total)), replace=False)
     sbe_gpus = np.sort(chosen).astype(np.int64)
     rates = config.sbe_rate_per_day * np.exp(rng.standard_normal(len(sbe_gpus)))
     per_scrape = rates * config.ecc_interval_ms / MS_PER_DAY
@@ -1178,7 +1428,8 @@ def iter_ecc_scrapes(history: ClusterHistory) -> Iterator[EccScrape]:
     A counter event at ``t`` shows from the first scrape at or after ``t``. A reboot zeroes the
     node's volatile counters and pending-retirement flags; the aggregate DBE counter never
     decreases, and ``ROW_REMAP_FAILURE`` clears only when the repair replaced the GPU. SBE
-    errors of an interval appear at its closing scrape, after any reboot within it.
+    events (degrading GPUs, one-off blips) apply in time order with the others; the errors of the
+    steady accumulators of an interval appear at its closing scrape, after any reboot within it.
 
     Each yielded scrape holds fresh arrays the caller may keep.
     """
@@ -1212,6 +1463,8 @@ def iter_ecc_scrapes(history: ClusterHistory) -> Iterator[EccScrape]:
                 retired_pending[node_gpus] = 0
             elif event.kind == EccEventKind.GPU_REPLACED:
                 remap_failure[flat] = 0
+            elif event.kind == EccEventKind.SBE:
+                sbe_volatile[flat] += event.errors
         sbe_volatile[plan.sbe_gpus] += plan.sbe_increments[k]
         yield EccScrape(
             ts_ms=ts_ms,

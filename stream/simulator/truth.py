@@ -1,12 +1,36 @@
 """Ground truth of a simulation (``truth.json``): what the detectors should find.
 
 The file holds the configuration, the span, the true failure rate and its parts (exposure,
-hardware-attributed job failures), every planted fault, every job that did not complete, and
-the XID counts of ``kernel.log``. Times are ISO 8601 UTC strings (:func:`schemas.timeutil.format_ts`).
+hardware-attributed job failures), every planted fault, every job that did not complete, the
+XID counts of ``kernel.log``, the lemon nodes and the maintenance reboots. Times are ISO 8601
+UTC strings (:func:`schemas.timeutil.format_ts`).
 
-The ``faults`` list is open-ended: each fault has a ``kind`` (``critical_hw`` today; later kinds
-such as ``ecc_degradation``, ``xid_storm`` or ``lemon_node`` may leave ``gpu``/``xid`` empty and
-carry their own fields), and keys this module does not know are kept in ``details``.
+The ``faults`` list, ordered by onset then ``fault_id``, holds every kind (see
+:mod:`stream.simulator.planted`); each fault has ``fault_id``, ``kind``, ``node``, ``onset``,
+``gpu``, ``pci_bus_id``, ``xid``, ``xids``, ``job_id`` and ``repaired``, and kind-specific keys
+(kept in :attr:`FaultTruth.details`; ``end``, ``failure`` and ``gpus`` are also
+:attr:`FaultTruth.end_ms`, :attr:`FaultTruth.failure_ms` and :attr:`FaultTruth.gpus`):
+
+================  ============  =================================================================
+kind              fault_id      onset; kind-specific keys
+================  ============  =================================================================
+critical_hw       ``hw-N``      first XID line; ``template``, ``killed_job``, ``gpu_replaced``,
+                                ``source`` (``base``, ``lemon`` or ``ecc_degradation``),
+                                ``degradation_id`` (the ``deg-N`` it ends, else ``null``)
+ecc_degradation   ``deg-N``     first DCGM scrape where the SBE counter rose (``xid`` null);
+                                ``failure`` (the uncorrectable error, ``null`` if none within the
+                                span), ``critical_fault_id``, ``failure_xid``, ``end`` (failure
+                                or span end), ``gpus``, ``started``, ``sbe_errors``,
+                                ``sbe_rate_per_day`` ([initial, final])
+xid_storm         ``storm-N``   first line; ``end`` (last line), ``gpus``, ``lines``,
+                                ``killed_job`` (``job_id`` is the job it ran on)
+nvlink_flapping   ``flap-N``    first XID 144 line; ``end`` (last line), ``gpus`` in the order
+                                they joined (``gpu`` is the first), ``lines``
+lemon_node        ``lemon-N``   the span's start (``gpu``, ``xid`` null); ``end`` (span end),
+                                ``critical_faults`` on the node, ``fault_rate_multiplier``
+================  ============  =================================================================
+
+Keys this module does not know are kept in ``details`` too.
 """
 
 from __future__ import annotations
@@ -23,13 +47,31 @@ import orjson
 from schemas.records import JobState
 from schemas.timeutil import format_ts, parse_ts
 from stream.simulator.model import ClusterHistory, SimulationConfig, pci_bus_id
+from stream.simulator.planted import (
+    FAULT_KIND_ECC_DEGRADATION,
+    FAULT_KIND_LEMON_NODE,
+    FAULT_KIND_NVLINK_FLAPPING,
+    FAULT_KIND_XID_STORM,
+    NVLINK_FLAP_XID,
+)
 
-__all__ = ["FaultTruth", "JobFailureTruth", "Truth", "build_truth"]
+__all__ = ["FaultTruth", "JobFailureTruth", "MaintenanceTruth", "Truth", "build_truth"]
 
 
 # Keys of a fault's JSON form that are fields of FaultTruth; any other key is a detail.
 _FAULT_KEYS = frozenset(
-    ("fault_id", "kind", "node", "gpu", "pci_bus_id", "xid", "xids", "onset", "job_id", "repaired")
+    (
+        "fault_id",
+        "kind",
+        "node",
+        "gpu",
+        "pci_bus_id",
+        "xid",
+        "xids",
+        "onset",
+        "job_id",
+        "repaired",
+    )
 )
 
 
@@ -44,24 +86,30 @@ class FaultTruth:
     Attributes
     ----------
     fault_id
-        Stable id within the run (``hw-000001``, in onset order).
+        Stable id within the run (``hw-000001`` ... in onset order for ``critical_hw``; ``deg-``,
+        ``storm-``, ``flap-``, ``lemon-`` for the other kinds).
     kind
-        ``critical_hw`` for a hardware fault that needs a drain/reset/RMA at once.
+        ``critical_hw`` for a hardware fault that needs a drain/reset/RMA at once;
+        ``ecc_degradation``, ``xid_storm``, ``nvlink_flapping`` or ``lemon_node``.
     node
         Node name.
     onset_ms
-        Time of the first evidence (the first XID line; kernel lines carry microseconds whose
-        sub-millisecond part is below 400, so rounding to ms gives exactly this).
+        Time of the first evidence (the first XID line, or for a degradation the first DCGM
+        scrape that shows it; kernel lines carry microseconds whose sub-millisecond part is
+        below 400, so rounding to ms gives exactly this).
     gpu, pci_bus_id
-        The GPU, when the fault has one.
+        The GPU (the first one, for a flapping link), when the fault has one.
     xid
-        The XID at the onset; ``xids`` lists every XID the fault logged.
+        The XID at the onset, if any; ``xids`` lists every XID the fault logged.
     job_id
-        Job running on the node at the onset, if any (it is killed unless already dying).
+        Job running on the node at the onset, if any (a critical fault kills it unless it is
+        already dying; a storm may kill it).
     repaired_ms
         When the node returned to service and rebooted; ``None`` if after the span.
     details
-        Kind-specific extras (``template``, ``killed_job``, ``gpu_replaced`` ...).
+        Kind-specific extras (``template``, ``killed_job``, ``end``, ``failure``, ``gpus``,
+        ``critical_fault_id`` ...), as in the JSON form; :attr:`end_ms`, :attr:`failure_ms` and
+        :attr:`gpus` read the common ones.
     """
 
     fault_id: str
@@ -76,8 +124,26 @@ class FaultTruth:
     repaired_ms: int | None = None
     details: Mapping[str, Any] = field(default_factory=dict)
 
+    @property
+    def end_ms(self) -> int | None:
+        """Last evidence (storm, flapping link), failure or span end (degradation), else ``None``."""
+        return _opt_ts(self.details.get("end"))
+
+    @property
+    def failure_ms(self) -> int | None:
+        """Uncorrectable error that ended a degradation; ``None`` if none (or another kind)."""
+        return _opt_ts(self.details.get("failure"))
+
+    @property
+    def gpus(self) -> tuple[int, ...]:
+        """Every GPU involved (in the order they joined, for a flapping link)."""
+        listed = self.details.get("gpus")
+        if listed is not None:
+            return tuple(int(gpu) for gpu in listed)
+        return () if self.gpu is None else (self.gpu,)
+
     def to_dict(self) -> dict[str, Any]:
-        """Return the JSON form (``onset``/``repaired`` as ISO strings, details merged in)."""
+        """Return the JSON form (times as ISO strings, details merged in)."""
         out: dict[str, Any] = {
             "fault_id": self.fault_id,
             "kind": self.kind,
@@ -154,6 +220,23 @@ class JobFailureTruth:
 
 
 @dataclass(frozen=True, slots=True)
+class MaintenanceTruth:
+    """A maintenance reboot of a node without faults: benign, its volatile counters drop to 0."""
+
+    node: str
+    reboot_ms: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON form."""
+        return {"node": self.node, "reboot": format_ts(self.reboot_ms)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MaintenanceTruth:
+        """Inverse of :meth:`to_dict`."""
+        return cls(node=str(data["node"]), reboot_ms=parse_ts(data["reboot"]))
+
+
+@dataclass(frozen=True, slots=True)
 class Truth:
     """Ground truth of one simulation run.
 
@@ -173,6 +256,10 @@ class Truth:
         Exposure as a share of all node-time of the span.
     xid_counts
         XID lines in ``kernel.log`` per code.
+    lemon_nodes
+        Names of the lemon nodes (also ``lemon_node`` faults); the others are healthy.
+    maintenance
+        Maintenance reboots, in time order.
     """
 
     config: SimulationConfig
@@ -187,6 +274,14 @@ class Truth:
     faults: tuple[FaultTruth, ...]
     job_failures: tuple[JobFailureTruth, ...]
     xid_counts: Mapping[int, int]
+    lemon_nodes: tuple[str, ...] = ()
+    maintenance: tuple[MaintenanceTruth, ...] = ()
+
+    @property
+    def healthy_nodes(self) -> tuple[str, ...]:
+        """Names of the nodes that are not lemons."""
+        lemons = set(self.lemon_nodes)
+        return tuple(name for name in self.config.node_names if name not in lemons)
 
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form of ``truth.json``."""
@@ -202,6 +297,8 @@ class Truth:
             "faults": [fault.to_dict() for fault in self.faults],
             "job_failures": [failure.to_dict() for failure in self.job_failures],
             "xid_counts": {str(code): count for code, count in sorted(self.xid_counts.items())},
+            "lemon_nodes": list(self.lemon_nodes),
+            "maintenance": [item.to_dict() for item in self.maintenance],
         }
 
     @classmethod
@@ -222,6 +319,8 @@ class Truth:
             faults=tuple(FaultTruth.from_dict(fault) for fault in data["faults"]),
             job_failures=tuple(JobFailureTruth.from_dict(failure) for failure in data["job_failures"]),
             xid_counts={int(code): int(count) for code, count in data["xid_counts"].items()},
+            lemon_nodes=tuple(data.get("lemon_nodes") or ()),
+            maintenance=tuple(MaintenanceTruth.from_dict(item) for item in data.get("maintenance") or ()),
         )
 
     def write(self, path: Path) -> None:
@@ -238,23 +337,15 @@ def _fault_id(index: int) -> str:
     return f"hw-{index + 1:06d}"
 
 
-def build_truth(history: ClusterHistory) -> Truth:
-    """Derive the ground truth of a simulated history.
+def _planted_id(prefix: str, index: int) -> str:
+    return f"{prefix}-{index + 1:06d}"
 
-    Parameters
-    ----------
-    history
-        Output of :func:`stream.simulator.model.run_model`.
 
-    Returns
-    -------
-    Truth
-        Faults in onset order, job failures in end order (then job id).
-    """
+def _critical_faults(history: ClusterHistory) -> list[FaultTruth]:
     config = history.config
     names = config.node_names
     job_ids = {job.index: job.job_id for job in history.jobs}
-    faults = tuple(
+    return [
         FaultTruth(
             fault_id=_fault_id(fault.index),
             kind=fault.kind,
@@ -270,9 +361,115 @@ def build_truth(history: ClusterHistory) -> Truth:
                 "template": fault.template,
                 "killed_job": fault.killed_job,
                 "gpu_replaced": fault.gpu_replaced,
+                "source": fault.source,
+                "degradation_id": (
+                    _planted_id("deg", fault.degradation) if fault.degradation is not None else None
+                ),
             },
         )
         for fault in history.faults
+    ]
+
+
+def _planted_faults(history: ClusterHistory) -> list[FaultTruth]:
+    """The degradations, storms, flapping links and lemon nodes."""
+    config = history.config
+    names = config.node_names
+    job_ids = {job.index: job.job_id for job in history.jobs}
+    out: list[FaultTruth] = []
+    for item in history.degradations:
+        plan = item.plan
+        failure = history.faults[item.fault_index] if item.fault_index is not None else None
+        out.append(
+            FaultTruth(
+                fault_id=_planted_id("deg", plan.index),
+                kind=FAULT_KIND_ECC_DEGRADATION,
+                node=names[plan.node],
+                onset_ms=item.onset_ms,
+                gpu=plan.gpu,
+                pci_bus_id=pci_bus_id(plan.gpu),
+                details={
+                    "end": format_ts(item.failure_ms if item.failure_ms is not None else config.end_ms),
+                    "failure": None if item.failure_ms is None else format_ts(item.failure_ms),
+                    "gpus": [plan.gpu],
+                    "critical_fault_id": _fault_id(failure.index) if failure is not None else None,
+                    "failure_xid": failure.xids[0] if failure is not None else None,
+                    "started": format_ts(plan.start_ms),
+                    "sbe_errors": item.sbe_errors,
+                    "sbe_rate_per_day": [round(plan.initial_rate, 3), round(plan.final_rate, 3)],
+                },
+            )
+        )
+    for storm in history.storms:
+        out.append(
+            FaultTruth(
+                fault_id=_planted_id("storm", storm.index),
+                kind=FAULT_KIND_XID_STORM,
+                node=names[storm.node],
+                onset_ms=storm.start_ms,
+                gpu=storm.gpu,
+                pci_bus_id=pci_bus_id(storm.gpu),
+                xid=storm.xid,
+                xids=(storm.xid,),
+                job_id=job_ids[storm.job_index],
+                details={
+                    "end": format_ts(storm.end_ms),
+                    "gpus": [storm.gpu],
+                    "lines": storm.lines,
+                    "killed_job": storm.killed_job,
+                },
+            )
+        )
+    for flap in history.flaps:
+        out.append(
+            FaultTruth(
+                fault_id=_planted_id("flap", flap.index),
+                kind=FAULT_KIND_NVLINK_FLAPPING,
+                node=names[flap.node],
+                onset_ms=flap.onset_ms,
+                gpu=flap.gpus[0],
+                pci_bus_id=pci_bus_id(flap.gpus[0]),
+                xid=NVLINK_FLAP_XID,
+                xids=(NVLINK_FLAP_XID,),
+                details={"end": format_ts(flap.end_ms), "gpus": list(flap.gpus), "lines": flap.lines},
+            )
+        )
+    critical = Counter(fault.node for fault in history.faults)
+    for index, node in enumerate(history.lemon_nodes):
+        out.append(
+            FaultTruth(
+                fault_id=_planted_id("lemon", index),
+                kind=FAULT_KIND_LEMON_NODE,
+                node=names[node],
+                onset_ms=config.start_ms,
+                details={
+                    "end": format_ts(config.end_ms),
+                    "critical_faults": critical[node],
+                    "fault_rate_multiplier": config.lemon_fault_multiplier,
+                },
+            )
+        )
+    return out
+
+
+def build_truth(history: ClusterHistory) -> Truth:
+    """Derive the ground truth of a simulated history.
+
+    Parameters
+    ----------
+    history
+        Output of :func:`stream.simulator.model.run_model`.
+
+    Returns
+    -------
+    Truth
+        Faults of every kind by onset (then fault id), job failures in end order (then job id).
+    """
+    config = history.config
+    names = config.node_names
+    faults = sorted(
+        [*_critical_faults(history), *_planted_faults(history)],
+        key=lambda fault: (fault.onset_ms, fault.fault_id),
     )
     failures: list[JobFailureTruth] = []
     for job in history.jobs:
@@ -300,7 +497,9 @@ def build_truth(history: ClusterHistory) -> Truth:
         jobs=len(history.jobs),
         jobs_failed=len(failures),
         utilization=history.utilization,
-        faults=faults,
+        faults=tuple(faults),
         job_failures=tuple(failures),
         xid_counts=dict(sorted(Counter(record.xid for record in history.xids).items())),
+        lemon_nodes=tuple(names[node] for node in history.lemon_nodes),
+        maintenance=tuple(MaintenanceTruth(names[item.node], item.ts_ms) for item in history.maintenance),
     )

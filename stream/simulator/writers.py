@@ -59,6 +59,7 @@ XID_MESSAGES: Final[dict[int, str]] = {
         "at partition 6, subpartition 0."
     ),
     63: "Row Remapper: New row marked for remapping, reset gpu to activate.",
+    62: "Internal micro-controller halt (PMU halt): 0x0000_2c1f 0x00000000 0x00000000",
     64: "Row Remapper: Failed to remap row.",
     68: "NVDEC0 Exception: Error Interrupt",
     74: "NVLink: fatal error detected on link 5(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)",
@@ -71,6 +72,7 @@ XID_MESSAGES: Final[dict[int, str]] = {
         "Expected function 76 (GSP_RM_CONTROL) (0x2080014b 0x5)."
     ),
     120: "GSP task timeout @ pc:0x17d0e90, task: 1",
+    144: "NVLink: SAW MVB non-fatal error, Link 03 (0x00000000 0x00000000 0x00000000 0x00000000)",
 }
 
 # Benign kernel messages; ``{a}``..``{d}`` are filled from a line's variant number.
