@@ -58,9 +58,9 @@ class CoreConfig:
         XID storm detector: window, and the fewest XIDs from one GPU that can make a storm.
     spread_window_hours, spread_min_events, spread_min_gpus
         NVLink flapping detector: window, errors and distinct GPUs of one node it takes.
-    ecc_trend_window, ecc_trend_min_rises, ecc_spike_rate_per_hour
-        ECC trend detector: rises of the SBE counter within the last samples that make a trend,
-        and the correctable-error rate that is a spike on its own.
+    ecc_trend_window, ecc_trend_floor_per_day, ecc_trend_threshold
+        ECC trend detector: samples tested together, the lowest baseline correctable rate, and
+        the Poisson surprise (``-log10`` probability) that makes an anomaly.
     lemon
         Lemon-node detection (fleet statistics over a sliding window).
     quiet_period_by_kind_ms
@@ -82,8 +82,8 @@ class CoreConfig:
     spread_min_events: int = 6
     spread_min_gpus: int = 2
     ecc_trend_window: int = 4
-    ecc_trend_min_rises: int = 3
-    ecc_spike_rate_per_hour: float = 200.0
+    ecc_trend_floor_per_day: float = 1.0
+    ecc_trend_threshold: float = 6.0
     lemon: LemonConfig = field(default_factory=LemonConfig)
     quiet_period_by_kind_ms: tuple[tuple[str, int], ...] = (
         ("ecc_trend", 2 * DAY_MS),
@@ -132,6 +132,7 @@ class _GpuEcc:
     counters: Mapping[str, int]
     last_stored_ms: int
     last_ms: int
+    first_ms: int
 
 
 _FAILURE_STATES = frozenset({JobState.FAILED, JobState.NODE_FAIL, JobState.OUT_OF_MEMORY, JobState.TIMEOUT})
@@ -180,15 +181,16 @@ class DetectionCore:
             min_gpus=config.spread_min_gpus,
         )
         self._trend_template = ecc_trend_filter(
+            threshold=config.ecc_trend_threshold,
             window=config.ecc_trend_window,
-            min_rises=config.ecc_trend_min_rises,
-            spike_rate_per_hour=config.ecc_spike_rate_per_hour,
+            floor_per_day=config.ecc_trend_floor_per_day,
         )
         self._storms: dict[tuple[str, str, str], Threshold] = {}
         self._spreads: dict[tuple[str, str, str], Threshold] = {}
         self._trends: dict[tuple[str, str, str], Threshold] = {}
         # The fleet's usual XID burst: a high quantile of the peak window counts of finished bursts.
         self._fleet_window_counts = stats.Quantile(0.99)
+        self._storming: set[tuple[str, str, str]] = set()  # GPUs whose current burst was flagged
         self._lemons = LemonTracker(config.lemon)
         self._cluster_of: dict[str, str] = {}
         self._next_lemon_ms: int | None = None
@@ -306,7 +308,7 @@ class DetectionCore:
     def _evaluate_lemons(self, now: int) -> None:
         for verdict in self._lemons.evaluate(now):
             crossed = ", ".join(
-                f"{name} {verdict.counts[name]} vs fleet {verdict.fleet_means[name]:g}"
+                f"{name} {verdict.counts[name]} where {verdict.expected[name]:.2g} is usual"
                 for name in verdict.crossed
             )
             self._emitted.incidents.append(
@@ -328,20 +330,24 @@ class DetectionCore:
                 )
             )
 
-    def _see(self, cluster: str, node: str) -> None:
+    def _see(self, cluster: str, node: str, ts_ms: int) -> None:
         if node not in self._cluster_of:
             self._cluster_of[node] = cluster
-            self._lemons.see_node(node)
+            self._lemons.see_node(node, ts_ms)
 
     # -- XID -----------------------------------------------------------------------------------
 
     def _process_xid(self, event: XidEvent) -> None:
-        self._see(event.cluster, event.node)
+        self._see(event.cluster, event.node, event.ts_ms)
+        self._lemons.record_xid(event.node, event.ts_ms)
         info = classify_xid(event.xid)
         gpu = event.gpu_key
-        self._score_storm(event, gpu)
+        # NVLink errors come in bursts on several GPUs: the spread detector owns them, the storm
+        # detector looks at everything else one GPU logs.
         if info.category is XidCategory.NVLINK:
             self._score_spread(event, gpu, "nvlink_flapping")
+        else:
+            self._score_storm(event, gpu)
         if info.severity is Severity.INFO:
             return  # application-class: stored with the raw events, never an incident on its own
         kind = "xid_unknown" if info.category is XidCategory.UNKNOWN else f"gpu_{info.category.value}"
@@ -358,7 +364,7 @@ class DetectionCore:
             EvidenceItem(event.ts_ms, xid=event.xid, message=event.message, jobs=self._jobs_at(event.node)),
         )
         self._emitted.incidents.append(incident)
-        if info.hardware and incident.status is IncidentStatus.OPEN:
+        if info.hardware and info.severity is Severity.CRITICAL and incident.status is IncidentStatus.OPEN:
             self._lemons.record(event.node, "hw_incidents", event.ts_ms)
         if info.hardware and info.severity is Severity.CRITICAL:
             self._evidence.add(HardwareEvent(event.ts_ms, event.node, gpu, kind, event.xid))
@@ -371,7 +377,8 @@ class DetectionCore:
         usual = self._fleet_window_counts.get()
         x: dict[Any, Any] = {"t": event.ts_ms / MS_PER_HOUR, "fleet_usual": usual or 0.0}
         score = model.score_one(x)
-        if model.is_anomaly(score):
+        storming = model.is_anomaly(score)
+        if storming:
             info = classify_xid(event.xid)
             self._emitted.incidents.append(
                 self._incidents.observe(
@@ -390,9 +397,14 @@ class DetectionCore:
                 )
             )
         model.learn_one(x)
-        peak = cast(XidStormScorer, model.anomaly_detector).take_finished_peak()
-        if peak is not None:
-            self._fleet_window_counts.update(peak)
+        finished_peak = cast(XidStormScorer, model.anomaly_detector).take_finished_peak()
+        if finished_peak is not None:
+            if key in self._storming:
+                self._storming.discard(key)  # a storm's peak is not what the fleet usually sees
+            else:
+                self._fleet_window_counts.update(finished_peak)
+        if storming:
+            self._storming.add(key)
 
     def _score_spread(self, event: XidEvent, gpu: str, kind: str) -> None:
         key = (event.cluster, event.node, kind)
@@ -424,7 +436,7 @@ class DetectionCore:
     # -- ECC -----------------------------------------------------------------------------------
 
     def _process_ecc(self, sample: EccSample) -> None:
-        self._see(sample.cluster, sample.node)
+        self._see(sample.cluster, sample.node, sample.ts_ms)
         key = (sample.cluster, sample.node, sample.gpu_key)
         state = self._gpus.get(key)
         step = ecc_step(state.counters if state is not None else None, sample.counters)
@@ -448,7 +460,7 @@ class DetectionCore:
                 self._lemons.record(sample.node, "hw_incidents", sample.ts_ms)
             self._evidence.add(HardwareEvent(sample.ts_ms, sample.node, sample.gpu_key, finding.kind))
         if state is not None:
-            self._score_trend(key, sample, step.deltas, sample.ts_ms - state.last_ms)
+            self._score_trend(key, sample, step.deltas, state)
         store = (
             state is None
             or bool(step.deltas)
@@ -457,14 +469,15 @@ class DetectionCore:
         )
         if store:
             self._emitted.ecc_rows.append(EccRow(sample, step.deltas, step.reset))
-            self._gpus[key] = _GpuEcc(sample.counters, sample.ts_ms, sample.ts_ms)
+            first = state.first_ms if state is not None else sample.ts_ms
+            self._gpus[key] = _GpuEcc(sample.counters, sample.ts_ms, sample.ts_ms, first)
         else:
             assert state is not None
             state.counters = sample.counters
             state.last_ms = sample.ts_ms
 
     def _score_trend(
-        self, key: tuple[str, str, str], sample: EccSample, deltas: Mapping[str, int], elapsed_ms: int
+        self, key: tuple[str, str, str], sample: EccSample, deltas: Mapping[str, int], state: _GpuEcc
     ) -> None:
         sbe = deltas.get("sbe_volatile", deltas.get("sbe_aggregate", 0))
         model = self._trends.get(key)
@@ -472,7 +485,11 @@ class DetectionCore:
             if sbe <= 0:
                 return  # most GPUs never correct an error: no model, no state
             model = self._trends[key] = self._trend_template.clone()
-        x: dict[Any, Any] = {"sbe_delta": sbe, "hours": max(elapsed_ms, 1) / MS_PER_HOUR}
+        x: dict[Any, Any] = {
+            "sbe_delta": sbe,
+            "hours": max(sample.ts_ms - state.last_ms, 1) / MS_PER_HOUR,
+            "watched_hours": (sample.ts_ms - state.first_ms) / MS_PER_HOUR,
+        }
         score = model.score_one(x)
         if model.is_anomaly(score):
             recent = (*cast(EccTrendScorer, model.anomaly_detector).recent_deltas, sbe)
@@ -517,7 +534,8 @@ class DetectionCore:
                 [start] * len(self._window_ms),
             )
             for node in event.nodes:
-                self._see(event.cluster, node)
+                self._see(event.cluster, node, event.ts_ms)
+                self._lemons.record(node, "job_runs", start)
                 self._jobs_on_node.setdefault(node, set()).add(event.job_id)
             return
         if not event.state.is_terminal:
