@@ -73,3 +73,13 @@ def test_detection_before_onset_or_after_the_window_does_not_count():
     inside = [incident("xid_storm", "n1", "0000:07:00", T0 + 12 * H)]  # end + 1 h slack
     for rows, detected in ((early, 0), (late, 0), (inside, 1)):
         assert by_name(score_detectors(truth(storm), rows))["XID storm"].detected == detected
+
+
+def test_faults_too_close_to_the_end_are_censored_not_missed():
+    late = FaultTruth("deg-2", "ecc_degradation", "n1", T0 + 40 * H, gpu=0, pci_bus_id="0000:07:00")
+    unspread = FaultTruth(
+        "flap-1", "nvlink_flapping", "n2", T0, details={"gpus": [3], "end": "2024-01-01T05:00:00Z"}
+    )
+    scores = by_name(score_detectors(truth(late, unspread), []))
+    assert (scores["ECC trend"].truth, scores["ECC trend"].censored) == (0, ("deg-2",))
+    assert (scores["NVLink flapping"].truth, scores["NVLink flapping"].censored) == (0, ("flap-1",))
