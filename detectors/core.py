@@ -311,7 +311,7 @@ class DetectionCore:
                 f"{name} {verdict.counts[name]} where {verdict.expected[name]:.2g} is usual"
                 for name in verdict.crossed
             )
-            self._emitted.incidents.append(
+            self._emitted.incidents.extend(
                 self._incidents.observe(
                     self._cluster_of.get(verdict.node, ""),
                     "lemon_node",
@@ -351,7 +351,7 @@ class DetectionCore:
         if info.severity is Severity.INFO:
             return  # application-class: stored with the raw events, never an incident on its own
         kind = "xid_unknown" if info.category is XidCategory.UNKNOWN else f"gpu_{info.category.value}"
-        incident = self._incidents.observe(
+        versions = self._incidents.observe(
             event.cluster,
             kind,
             event.node,
@@ -363,8 +363,12 @@ class DetectionCore:
             info.name,
             EvidenceItem(event.ts_ms, xid=event.xid, message=event.message, jobs=self._jobs_at(event.node)),
         )
-        self._emitted.incidents.append(incident)
-        if info.hardware and info.severity is Severity.CRITICAL and incident.status is IncidentStatus.OPEN:
+        self._emitted.incidents.extend(versions)
+        if (
+            info.hardware
+            and info.severity is Severity.CRITICAL
+            and versions[-1].status is IncidentStatus.OPEN
+        ):
             self._lemons.record(event.node, "hw_incidents", event.ts_ms)
         if info.hardware and info.severity is Severity.CRITICAL:
             self._evidence.add(HardwareEvent(event.ts_ms, event.node, gpu, kind, event.xid))
@@ -380,7 +384,7 @@ class DetectionCore:
         storming = model.is_anomaly(score)
         if storming:
             info = classify_xid(event.xid)
-            self._emitted.incidents.append(
+            self._emitted.incidents.extend(
                 self._incidents.observe(
                     event.cluster,
                     "xid_storm",
@@ -416,7 +420,7 @@ class DetectionCore:
         model.learn_one(x)
         if model.is_anomaly(score):
             gpus = cast(XidSpreadScorer, model.anomaly_detector).gpus
-            self._emitted.incidents.append(
+            self._emitted.incidents.extend(
                 self._incidents.observe(
                     event.cluster,
                     kind,
@@ -441,7 +445,7 @@ class DetectionCore:
         state = self._gpus.get(key)
         step = ecc_step(state.counters if state is not None else None, sample.counters)
         for finding in step.findings:
-            incident = self._incidents.observe(
+            versions = self._incidents.observe(
                 sample.cluster,
                 finding.kind,
                 sample.node,
@@ -455,8 +459,8 @@ class DetectionCore:
                     sample.ts_ms, counter_deltas=finding.counter_deltas, jobs=self._jobs_at(sample.node)
                 ),
             )
-            self._emitted.incidents.append(incident)
-            if incident.status is IncidentStatus.OPEN:
+            self._emitted.incidents.extend(versions)
+            if versions[-1].status is IncidentStatus.OPEN:
                 self._lemons.record(sample.node, "hw_incidents", sample.ts_ms)
             self._evidence.add(HardwareEvent(sample.ts_ms, sample.node, sample.gpu_key, finding.kind))
         if state is not None:
@@ -493,7 +497,7 @@ class DetectionCore:
         score = model.score_one(x)
         if model.is_anomaly(score):
             recent = (*cast(EccTrendScorer, model.anomaly_detector).recent_deltas, sbe)
-            self._emitted.incidents.append(
+            self._emitted.incidents.extend(
                 self._incidents.observe(
                     sample.cluster,
                     "ecc_trend",

@@ -142,10 +142,10 @@ class IncidentTracker:
     Examples
     --------
     >>> tracker = IncidentTracker(quiet_period_ms=3_600_000)
-    >>> first = tracker.observe("c", "gpu_bus", "n1", "0000:07:00", Severity.CRITICAL, "xid_classifier",
-    ...                         1.0, "reboot", "GPU fell off the bus", EvidenceItem(0, xid=79))
-    >>> again = tracker.observe("c", "gpu_bus", "n1", "0000:07:00", Severity.CRITICAL, "xid_classifier",
-    ...                         1.0, "reboot", "GPU fell off the bus", EvidenceItem(60_000, xid=79))
+    >>> [first] = tracker.observe("c", "gpu_bus", "n1", "0000:07:00", Severity.CRITICAL, "xid_classifier",
+    ...                           1.0, "reboot", "GPU fell off the bus", EvidenceItem(0, xid=79))
+    >>> [again] = tracker.observe("c", "gpu_bus", "n1", "0000:07:00", Severity.CRITICAL, "xid_classifier",
+    ...                           1.0, "reboot", "GPU fell off the bus", EvidenceItem(60_000, xid=79))
     >>> first.incident_id == again.incident_id, again.status.value, again.evidence_count
     (True, 'updated', 2)
     >>> [i.status.value for i in tracker.resolve_idle(watermark_ms=4_000_000)]
@@ -179,10 +179,21 @@ class IncidentTracker:
         action: str,
         title: str,
         item: EvidenceItem,
-    ) -> Incident:
-        """Add evidence; return the incident's new version (opened or updated)."""
+    ) -> list[Incident]:
+        """Add evidence; return the incident's new version (opened or updated).
+
+        When the evidence comes after the quiet period of an incident still open, the list starts
+        with that incident's resolution, followed by the new incident.
+        """
         key = (cluster, kind, node, gpu)
         current = self._open.get(key)
+        stale: list[Incident] = []
+        if current is not None and item.ts_ms > current.last_ms + self._quiet(kind):
+            # Quiet for longer than the quiet period: the old incident is over whether or not the
+            # watermark has said so yet, so the outcome never depends on how far it had advanced.
+            del self._open[key]
+            stale.append(current.snapshot(IncidentStatus.RESOLVED))
+            current = None
         if current is None:
             subject = f"{node}/{gpu}" if gpu else node
             current = _Open(
@@ -211,7 +222,7 @@ class IncidentTracker:
         current.add(item)
         if status is IncidentStatus.OPEN or current.last_ms > previous_last:
             heapq.heappush(self._deadlines, (current.last_ms + self._quiet(kind), key))
-        return current.snapshot(status)
+        return [*stale, current.snapshot(status)]
 
     def _quiet(self, kind: str) -> int:
         return self.quiet_period_by_kind.get(kind, self.quiet_period_ms)

@@ -255,3 +255,13 @@ def test_output_does_not_depend_on_batching():
         )
 
     assert fingerprint(1) == fingerprint(7) == fingerprint(10_000)
+
+
+def test_quiet_period_is_judged_on_event_time_not_on_how_far_the_watermark_got():
+    # With a lateness of 10 h the watermark lags far behind; the gap of 2 h between two XIDs is
+    # still longer than the 1 h quiet period, so they are two incidents, the first resolved.
+    _, out = run_all([xid(T0), xid(T0 + 2 * HOUR)], CoreConfig(allowed_lateness_ms=10 * HOUR))
+    statuses = [(i.incident_id, i.status) for i in out.incidents if i.kind == "gpu_bus"]
+    first, second = statuses[0][0], statuses[-1][0]
+    assert first != second
+    assert (first, IncidentStatus.RESOLVED) in statuses
