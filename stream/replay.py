@@ -29,7 +29,7 @@ from stream.settings import Settings
 from stream.sinks.clickhouse import ClickHouseSink
 from stream.sinks.dead_letters import DeadLetterFile, DeadLetterPolicy, to_dead_letter
 
-__all__ = ["ReplaySummary", "read_records", "replay"]
+__all__ = ["MergedInputs", "ReplaySummary", "late_dead_letter", "read_records", "replay"]
 
 Record = XidEvent | EccSample | JobEvent
 
@@ -154,6 +154,59 @@ def read_records(
     return parse_file(path, options, fmt)
 
 
+class MergedInputs:
+    """Input files, each parsed lazily, merged into one stream in event-time order.
+
+    Iterating yields ``(item, stats)``: a record, a parse failure (:class:`InvalidRecord`) or a
+    late record (:class:`_Late`), with the counters of the file it came from. Files are taken in
+    path order and ties keep that order, so the same set of files always gives the same stream.
+    """
+
+    def __init__(
+        self, paths: Iterable[Path], options: ParseOptions, fmt: Format | None, lateness_ms: int
+    ) -> None:
+        files = sorted({Path(p) for p in paths}, key=str)
+        self.sources: list[SourceStats] = []
+        self._positions: list[tuple[_Progress, int]] = []
+        self._streams: list[Iterator[tuple[int, int, Item, SourceStats]]] = []
+        for path in files:
+            if not path.is_file():
+                raise FileNotFoundError(f"input file not found: {path}")
+            chosen = fmt or detect_format(path)
+            handle = open_input(path)
+            self._positions.append((_Progress(handle), path.stat().st_size))
+            stats = SourceStats(str(path), chosen.value)
+            self.sources.append(stats)
+            parsed = parse_open_file(handle, chosen, options, str(path))
+            ordered = _ordered(parsed, lateness_ms, sort_all=chosen is Format.SACCT)
+            self._streams.append(_tagged(ordered, stats))
+        self.total_bytes = sum(size for _, size in self._positions)
+
+    def bytes_done(self) -> int:
+        """Bytes read so far across the files (for progress)."""
+        return sum(size if (at := reader.position()) < 0 else at for reader, size in self._positions)
+
+    def __iter__(self) -> Iterator[tuple[Item, SourceStats]]:
+        for _ts, _seq, item, stats in heapq.merge(*self._streams, key=lambda entry: (entry[0], entry[1])):
+            yield item, stats
+
+
+def late_dead_letter(record: Record, watermark_ms: int, source: str, lateness_s: int) -> DeadLetter:
+    """The dead letter of a record that came later than the allowed lateness.
+
+    Its raw form is the record's JSON line: fix the clock, then replay it as JSON Lines.
+    """
+    reason = (
+        f"late event (event time {format_ts(record.ts_ms)} is older than the watermark "
+        f"{format_ts(watermark_ms)}; allowed lateness {lateness_s}s)"
+    )
+    line = record.source.rpartition(":")[2]
+    location = f"line {line}" if line.isdigit() else record.source
+    return DeadLetter(
+        source, location, reason, orjson.dumps(record.to_dict()), _KIND[type(record)], record.ts_ms
+    )
+
+
 def replay(
     paths: Iterable[Path],
     settings: Settings,
@@ -188,26 +241,12 @@ def replay(
         When too many of a file's records are bad; what was good so far has been written.
     """
     started = time.perf_counter()
-    files = sorted({Path(p) for p in paths}, key=str)
+    inputs = MergedInputs(paths, options, fmt, settings.allowed_lateness_seconds * 1000)
     core = DetectionCore(settings.core_config())
     sink = ClickHouseSink(client, settings.database, settings.sink_batch_rows)
     policy = DeadLetterPolicy(settings.dead_letter_max_ratio, settings.dead_letter_min_records)
     letters = DeadLetterFile(dead_letter_file) if dead_letter_file is not None else None
-    summary = ReplaySummary(sources=[])
-    readers: list[tuple[_Progress, int]] = []
-    streams = []
-    for path in files:
-        if not path.is_file():
-            raise FileNotFoundError(f"input file not found: {path}")
-        chosen = fmt or detect_format(path)
-        handle = open_input(path)
-        readers.append((_Progress(handle), path.stat().st_size))
-        stats = SourceStats(str(path), chosen.value)
-        summary.sources.append(stats)
-        parsed = parse_open_file(handle, chosen, options, str(path))
-        ordered = _ordered(parsed, settings.allowed_lateness_seconds * 1000, sort_all=chosen is Format.SACCT)
-        streams.append(_tagged(ordered, stats))
-    total_bytes = sum(path.stat().st_size for path in files)
+    summary = ReplaySummary(sources=inputs.sources)
 
     def dead_letter(letter: DeadLetter, stats: SourceStats) -> None:
         sink.add(letter)
@@ -217,15 +256,9 @@ def replay(
 
     def late(record: Record, watermark_ms: int, stats: SourceStats) -> None:
         stats.late += 1
-        reason = (
-            f"late event (event time {format_ts(record.ts_ms)} is older than the watermark "
-            f"{format_ts(watermark_ms)}; allowed lateness {settings.allowed_lateness_seconds}s)"
+        dead_letter(
+            late_dead_letter(record, watermark_ms, stats.path, settings.allowed_lateness_seconds), stats
         )
-        # The raw form is the record's JSON line: fix the clock, then replay it as JSONL.
-        raw = orjson.dumps(record.to_dict())
-        line = record.source.rpartition(":")[2]
-        location = f"line {line}" if line.isdigit() else record.source
-        dead_letter(DeadLetter(stats.path, location, reason, raw, _KIND[type(record)], record.ts_ms), stats)
 
     def deliver(emitted: Emitted) -> None:
         for incident in emitted.incidents:
@@ -236,7 +269,7 @@ def replay(
 
     try:
         count = 0
-        for _ts, _seq, item, stats in heapq.merge(*streams, key=lambda entry: (entry[0], entry[1])):
+        for item, stats in inputs:
             count += 1
             if isinstance(item, InvalidRecord):
                 stats.dead_letters += 1
@@ -261,8 +294,7 @@ def replay(
                 if sink.should_flush():
                     sink.flush()
                 if progress is not None:
-                    done = sum(size if (at := reader.position()) < 0 else at for reader, size in readers)
-                    progress(done, total_bytes)
+                    progress(inputs.bytes_done(), inputs.total_bytes)
         deliver(core.finish())
     finally:
         deliver(core.drain())
@@ -270,7 +302,7 @@ def replay(
         if letters is not None:
             letters.close()
     if progress is not None:
-        progress(total_bytes, total_bytes)
+        progress(inputs.total_bytes, inputs.total_bytes)
     summary.rows_written = sink.rows_written
     summary.seconds = time.perf_counter() - started
     return summary
