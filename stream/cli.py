@@ -68,6 +68,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--format", choices=[f.value for f in Format], help="force one input format for all files"
     )
     replay.add_argument("--dead-letters", type=Path, help="also write dead letters to this JSONL file")
+    replay.add_argument(
+        "--to",
+        metavar="kafka://HOST:PORT",
+        help="publish to the input topics for the workers instead of detecting in this process",
+    )
+    replay.add_argument(
+        "--rate", type=float, help="with --to: records per second (default: as fast as possible)"
+    )
     replay.add_argument("--json", action="store_true", help="print the summary as JSON")
     replay.add_argument(
         "--progress", action=argparse.BooleanOptionalAction, default=None, help="progress bar"
@@ -80,6 +88,13 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--json", action="store_true", help="print JSON")
     report.add_argument("--top", type=int, default=20, help="open critical incidents to list")
     _store_arguments(report)
+
+    init_kafka = commands.add_parser(
+        "init-kafka", help="create the Kafka topics with their configs (idempotent)"
+    )
+    init_kafka.add_argument(
+        "--kafka", metavar="HOST:PORT", help="bootstrap servers (default FAULTSTREAM_KAFKA_BOOTSTRAP)"
+    )
 
     init_db = commands.add_parser("init-db", help="create the database and tables (idempotent)")
     _store_arguments(init_db)
@@ -143,6 +158,12 @@ def _progress_bar(enabled: bool | None) -> tuple[Any, Any]:
     return bar, update
 
 
+def _kafka_address(value: str) -> str:
+    if not value.startswith("kafka://") or not value[len("kafka://") :]:
+        raise ValueError(f"--to must look like kafka://HOST:PORT, got {value!r}")
+    return value[len("kafka://") :]
+
+
 def _cmd_replay(args: argparse.Namespace) -> int:
     from stream.replay import replay
     from stream.report import build_report, render_text
@@ -158,6 +179,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         gpus_per_node=settings.gpus_per_node,
         timezone=args.timezone,
     )
+    if args.to:
+        return _publish(args, settings.with_overrides(kafka_bootstrap=_kafka_address(args.to)), options)
     client = connect(settings)
     dead_letter_file = args.dead_letters
     if dead_letter_file is None and settings.is_embedded:
@@ -216,6 +239,56 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     out.write(", ".join(f"{k}/{s} {n:,}" for (k, s), n in by_kind) or "none")
     out.write("\n\n")
     out.write(render_text(report) + "\n")
+    return 0
+
+
+def _publish(args: argparse.Namespace, settings: Settings, options: ParseOptions) -> int:
+    import asyncio
+
+    from stream.kafka_io import publish
+
+    bar, update = _progress_bar(args.progress)
+    try:
+        summary = asyncio.run(
+            publish(
+                args.files,
+                settings,
+                options,
+                fmt=Format(args.format) if args.format else None,
+                rate=args.rate,
+                progress=update,
+            )
+        )
+    finally:
+        bar.close()
+    total = sum(summary.sent.values())
+    if args.json:
+        _print_json(
+            {
+                "kafka": settings.kafka_bootstrap,
+                "sent": summary.sent,
+                "dead_letters": summary.dead_letters,
+                "seconds": summary.seconds,
+            }
+        )
+        return 0
+    sys.stdout.write(
+        f"Published {total:,} records to {settings.kafka_bootstrap} in {summary.seconds:.1f} s "
+        f"({total / max(summary.seconds, 1e-9):,.0f}/s): "
+        + ", ".join(f"{topic} {n:,}" for topic, n in sorted(summary.sent.items()))
+        + f"; {summary.dead_letters:,} to {settings.topic_dead_letters}\n"
+    )
+    return 0
+
+
+def _cmd_init_kafka(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from stream.kafka_io import create_topics
+
+    settings = Settings.from_env(kafka_bootstrap=args.kafka)
+    for topic, outcome in asyncio.run(create_topics(settings)):
+        sys.stdout.write(f"{topic}: {outcome}\n")
     return 0
 
 
@@ -311,6 +384,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "replay": _cmd_replay,
         "report": _cmd_report,
         "init-db": _cmd_init_db,
+        "init-kafka": _cmd_init_kafka,
         "simulate": _cmd_simulate,
         "query": _cmd_query,
         "evaluate": _cmd_evaluate,

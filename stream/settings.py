@@ -78,6 +78,21 @@ class Settings:
         200, "Records of a source seen before the dead-letter ratio is enforced."
     )
     sink_batch_rows: int = setting(50_000, "Rows buffered per table before a ClickHouse insert.")
+    kafka_bootstrap: str = setting(
+        "127.0.0.1:9092",
+        "Kafka bootstrap servers (host:port, comma-separated) for init-kafka, replay --to, worker.",
+    )
+    topic_xid: str = setting("faultstream.xid", "Input topic of XID events (key: node).")
+    topic_ecc: str = setting("faultstream.ecc", "Input topic of ECC samples (key: node).")
+    topic_jobs: str = setting("faultstream.jobs", "Input topic of job state changes (key: job id).")
+    topic_incidents: str = setting(
+        "faultstream.incidents", "Output topic of incidents for SREs (key: incident id)."
+    )
+    topic_dead_letters: str = setting("faultstream.dead-letters", "Topic of records that could not be used.")
+    topic_partitions: int = setting(
+        8, "Partitions of the input topics (the most workers that can share the load)."
+    )
+    topic_replication: int = setting(1, "Replication factor of the topics faultstream creates.")
     checkpoint_write_minutes: float = setting(2.0, "ETTR guidance: time to write one checkpoint (w_cp).")
     restart_overhead_minutes: float = setting(
         10.0, "ETTR guidance: time lost to restart a job after a failure (u0)."

@@ -11,17 +11,17 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import murmur2
 
 from tests.services import kafka
+from tests.services.kafka import consume
 
 pytestmark = pytest.mark.integration
 
@@ -54,37 +54,6 @@ def new_topic(bootstrap: str) -> Iterator[object]:
     yield make
     for name in made:
         kafka.delete_topic(name, bootstrap=bootstrap)
-
-
-async def consume(
-    bootstrap: str,
-    topic: str,
-    partitions: int,
-    count: int,
-    timeout: float,
-    *,
-    give_up: Callable[[], bool] = bool,
-) -> tuple[list, dict]:
-    """Read `count` records of `topic` from the start (no consumer group), unless time runs out or
-    `give_up()`; also the topic's end offsets."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
-    )
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in range(partitions)]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        records: list = []
-        deadline = time.monotonic() + timeout
-        while len(records) < count and time.monotonic() < deadline and not give_up():
-            batches = await consumer.getmany(timeout_ms=500)
-            for batch in batches.values():
-                records.extend(batch)
-        end = await consumer.end_offsets(tps)
-        return records, {tp.partition: offset for tp, offset in end.items()}
-    finally:
-        await consumer.stop()
 
 
 async def produce(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]]) -> list:

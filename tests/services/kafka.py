@@ -18,6 +18,7 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 ENV = "FAULTSTREAM_TEST_KAFKA"
@@ -197,3 +198,36 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+async def consume(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    count: int,
+    timeout: float,
+    *,
+    give_up: Callable[[], bool] = bool,
+) -> tuple[list, dict]:
+    """Read `count` records of `topic` from the start (no consumer group), unless time runs out or
+    `give_up()`; also the topic's end offsets."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        records: list = []
+        deadline = time.monotonic() + timeout
+        while len(records) < count and time.monotonic() < deadline and not give_up():
+            batches = await consumer.getmany(timeout_ms=500)
+            for batch in batches.values():
+                records.extend(batch)
+        end = await consumer.end_offsets(tps)
+        return records, {tp.partition: offset for tp, offset in end.items()}
+    finally:
+        await consumer.stop()

@@ -1,0 +1,67 @@
+"""Kafka topics of faultstream, created explicitly with their configs by ``faultstream init-kafka``.
+
+=====================  =========  ===============================================================
+topic                  key        config and why
+=====================  =========  ===============================================================
+xid, ecc               node       delete, 7 days: raw inputs, replayable from files for longer
+jobs                   job id     delete, 7 days: as above
+incidents              incident   compact + delete (30 days): every update of an incident carries
+                                  its id as key, so compaction keeps the latest state of each for
+                                  a consumer that starts late, and the time bound ages them out
+dead-letters           source     delete, 30 days: to repair and replay by hand
+=====================  =========  ===============================================================
+
+Message timestamps are the records' event times (``CreateTime``), so a replay of history
+carries the time things happened, not the time they were sent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stream.settings import Settings
+
+__all__ = ["TopicSpec", "topic_specs"]
+
+DAY_MS = 86_400_000
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSpec:
+    """One topic to create."""
+
+    name: str
+    partitions: int
+    replication: int
+    config: dict[str, str]
+
+
+def topic_specs(settings: Settings) -> list[TopicSpec]:
+    """The topics of this deployment, from the settings."""
+    partitions, replication = settings.topic_partitions, settings.topic_replication
+    raw = {
+        "cleanup.policy": "delete",
+        "retention.ms": str(7 * DAY_MS),
+        "message.timestamp.type": "CreateTime",
+    }
+    return [
+        TopicSpec(settings.topic_xid, partitions, replication, raw),
+        TopicSpec(settings.topic_ecc, partitions, replication, raw),
+        TopicSpec(settings.topic_jobs, partitions, replication, raw),
+        TopicSpec(
+            settings.topic_incidents,
+            partitions,
+            replication,
+            {
+                "cleanup.policy": "compact,delete",
+                "retention.ms": str(30 * DAY_MS),
+                "min.compaction.lag.ms": "60000",
+            },
+        ),
+        TopicSpec(
+            settings.topic_dead_letters,
+            1,
+            replication,
+            {"cleanup.policy": "delete", "retention.ms": str(30 * DAY_MS)},
+        ),
+    ]

@@ -1,0 +1,128 @@
+"""`faultstream init-kafka` and `faultstream replay --to kafka://` against the real broker."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+from schemas.records import EccSample, InvalidRecord, JobEvent, XidEvent
+from stream.kafka_io import record_key
+from stream.parsers import parse_file
+from stream.parsers.options import ParseOptions
+from tests.services import kafka
+from tests.services.kafka import consume
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = sorted((ROOT / "examples" / "sim-48x14" / "logs").iterdir())
+
+
+@pytest.fixture(scope="module")
+def bootstrap() -> str:
+    try:
+        return kafka.bootstrap_servers()
+    except RuntimeError as exc:
+        reason = str(exc)
+    pytest.fail(reason, pytrace=False)
+
+
+@pytest.fixture
+def topics_env(bootstrap: str) -> dict[str, str]:
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    env = {
+        "FAULTSTREAM_KAFKA_BOOTSTRAP": bootstrap,
+        "FAULTSTREAM_TOPIC_XID": f"{prefix}.xid",
+        "FAULTSTREAM_TOPIC_ECC": f"{prefix}.ecc",
+        "FAULTSTREAM_TOPIC_JOBS": f"{prefix}.jobs",
+        "FAULTSTREAM_TOPIC_INCIDENTS": f"{prefix}.incidents",
+        "FAULTSTREAM_TOPIC_DEAD_LETTERS": f"{prefix}.dead-letters",
+        "FAULTSTREAM_TOPIC_PARTITIONS": "3",
+    }
+    yield env
+    for name in (
+        value for key, value in env.items() if key.startswith("FAULTSTREAM_TOPIC_") and "." in value
+    ):
+        kafka.delete_topic(name, bootstrap=bootstrap)
+
+
+def faultstream(env: dict[str, str], *args: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-m", "stream.cli", *args],
+        capture_output=True, text=True, timeout=300, check=False, env={**os.environ, **env},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+async def incident_topic_policy(bootstrap: str, topic: str) -> str:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        [response] = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+        entries = {entry[0]: entry[1] for entry in response.resources[0][4]}
+        return entries["cleanup.policy"]
+    finally:
+        await admin.close()
+
+
+def test_init_kafka_creates_the_topics_once_with_their_configs(bootstrap, topics_env):
+    first = faultstream(topics_env, "init-kafka")
+    again = faultstream(topics_env, "init-kafka")
+    assert first.count(": created") == 5
+    assert again.count(": exists") == 5
+    policy = asyncio.run(incident_topic_policy(bootstrap, topics_env["FAULTSTREAM_TOPIC_INCIDENTS"]))
+    assert policy == "compact,delete"
+
+
+def test_replay_to_kafka_publishes_every_record_keyed_with_its_event_time(bootstrap, topics_env, tmp_path):
+    faultstream(topics_env, "init-kafka")
+    bad = tmp_path / "node9.log"
+    bad.write_bytes(
+        b"2024-01-03T10:00:00+00:00 node9 kernel: NVRM: Xid (PCI:0000:07:00): 79, pid=1, name=x, GPU has fallen off the bus.\n"
+        b"2024-01-03T10:00:01+00:00 node9 kernel: NVRM: Xid (PCI:0000:07\n"
+    )
+    out = json.loads(faultstream(topics_env, "replay", *map(str, EXAMPLE), str(bad), "--to", f"kafka://{bootstrap}",
+                                 "--json", "--no-progress"))  # fmt: skip
+    expected: dict[type, list] = {XidEvent: [], EccSample: [], JobEvent: []}
+    for path in [*EXAMPLE, bad]:
+        for record in parse_file(path, ParseOptions(cluster="default")):
+            if not isinstance(record, InvalidRecord):
+                expected[type(record)].append(record)
+    topic_of = {
+        XidEvent: "FAULTSTREAM_TOPIC_XID",
+        EccSample: "FAULTSTREAM_TOPIC_ECC",
+        JobEvent: "FAULTSTREAM_TOPIC_JOBS",
+    }
+    for record_type, env_name in topic_of.items():
+        topic = topics_env[env_name]
+        want = expected[record_type]
+        assert out["sent"][topic] == len(want)
+        messages, _ = asyncio.run(consume(bootstrap, topic, 3, len(want), timeout=60))
+        assert len(messages) == len(want)
+        decoded = [record_type.from_dict(json.loads(m.value)) for m in messages]
+        assert Counter(r.to_dict()["ts"] for r in decoded) == Counter(r.to_dict()["ts"] for r in want)
+        for message, record in zip(messages, decoded, strict=True):
+            assert message.key == record_key(record)
+            assert message.timestamp == record.ts_ms
+        partitions_of_key: dict[bytes, set[int]] = {}
+        for message in messages:
+            partitions_of_key.setdefault(message.key, set()).add(message.partition)
+        assert all(len(parts) == 1 for parts in partitions_of_key.values())
+    letters, _ = asyncio.run(
+        consume(bootstrap, topics_env["FAULTSTREAM_TOPIC_DEAD_LETTERS"], 1, 1, timeout=30)
+    )
+    [letter] = letters
+    headers = dict(letter.headers)
+    assert b"truncated" in headers["reason"] and headers["location"] == b"line 2"
+    assert letter.value.endswith(b"NVRM: Xid (PCI:0000:07")
