@@ -75,7 +75,7 @@ class CoreConfig:
     attribution_before_ms: int = 10 * 60_000
     attribution_after_ms: int = 5 * 60_000
     gpus_per_node: int = 8
-    ecc_keep_interval_ms: int = 60 * 60_000
+    ecc_keep_interval_ms: int = DAY_MS
     storm_window_hours: float = 1.0
     storm_min_events: int = 20
     spread_window_hours: float = 24.0
@@ -473,12 +473,13 @@ class DetectionCore:
         )
         if store:
             self._emitted.ecc_rows.append(EccRow(sample, step.deltas, step.reset))
-            first = state.first_ms if state is not None else sample.ts_ms
-            self._gpus[key] = _GpuEcc(sample.counters, sample.ts_ms, sample.ts_ms, first)
+        if state is None:
+            self._gpus[key] = _GpuEcc(sample.counters, sample.ts_ms, sample.ts_ms, sample.ts_ms)
         else:
-            assert state is not None
             state.counters = sample.counters
             state.last_ms = sample.ts_ms
+            if store:
+                state.last_stored_ms = sample.ts_ms
 
     def _score_trend(
         self, key: tuple[str, str, str], sample: EccSample, deltas: Mapping[str, int], state: _GpuEcc

@@ -8,7 +8,7 @@ Tables
 ------
 xid_events        every XID, classified (category, severity, hardware)
 job_events        every job state change
-ecc_samples       ECC samples, downsampled: kept when a counter moved, else at most hourly per GPU
+ecc_samples       ECC samples, downsampled: kept when a counter moved, else once a day per GPU
 incidents         one row per incident id; ``version`` grows with each update
 job_attributions  the hardware/not-hardware decision for each FAILED / NODE_FAIL run
 mttf_partials     exposure and failures of one job run in one tumbling window (partial sums)

@@ -56,8 +56,6 @@ class ReplaySummary:
     attributions: Counter[str] = field(default_factory=Counter)
     rows_written: int = 0
     seconds: float = 0.0
-    first_event_ms: int | None = None
-    last_event_ms: int | None = None
 
     @property
     def events(self) -> int:
@@ -99,52 +97,38 @@ Item = Record | InvalidRecord | _Late
 
 
 def _ordered(
-    items: Iterable[Record | InvalidRecord], buffer_ms: int, sort_all: bool
-) -> Iterator[tuple[int, int, Item]]:
-    """Yield ``(ts, seq, item)`` in event-time order as far as a reorder buffer allows.
+    items: Iterable[Record | InvalidRecord], lateness_ms: int, sort_all: bool, stats: SourceStats
+) -> Iterator[tuple[int, int, Item, SourceStats]]:
+    """Yield ``(ts, seq, item, stats)`` of one file for the event-time merge.
 
-    A record older than the file's newest event minus ``buffer_ms`` (the allowed lateness) is
-    late and comes out wrapped in :class:`_Late`. Dead letters and late records carry the time
-    of the record released before them, so they flow in place.
+    Files of events (kernel logs, DCGM scrapes, JSON Lines) are in time order, or nearly: they
+    pass straight through, and a record older than the file's newest event minus the allowed
+    lateness comes out wrapped in :class:`_Late`. Slurm accounting lists jobs by submission, so
+    its (few) records are sorted whole. Dead letters carry the time of the record before them,
+    so they flow in place.
     """
     if sort_all:
-        records: list[tuple[int, int, Item]] = []
+        records: list[tuple[int, int, Item, SourceStats]] = []
         last = 0
         for seq, item in enumerate(items):
             if not isinstance(item, InvalidRecord):
                 last = item.ts_ms
-            records.append((last, seq, item))
+            records.append((last, seq, item, stats))
         records.sort(key=lambda entry: (entry[0], entry[1]))
         yield from records
         return
-    heap: list[tuple[int, int, Item]] = []
-    newest = None
-    last = 0
+    newest = -(2**63)
     for seq, item in enumerate(items):
         if isinstance(item, InvalidRecord):
-            yield (last, seq, item)
+            yield (newest, seq, item, stats)
             continue
         ts = item.ts_ms
-        if newest is not None and ts < newest - buffer_ms:
-            yield (last, seq, _Late(item, newest - buffer_ms))
-            continue
-        if newest is None or ts > newest:
+        if ts > newest:
             newest = ts
-            release_before = ts - buffer_ms
-            while heap and heap[0][0] <= release_before:
-                entry = heapq.heappop(heap)
-                last = entry[0]
-                yield entry
-        heapq.heappush(heap, (ts, seq, item))
-    while heap:
-        yield heapq.heappop(heap)
-
-
-def _tagged(
-    entries: Iterator[tuple[int, int, Item]], stats: SourceStats
-) -> Iterator[tuple[int, int, Item, SourceStats]]:
-    for ts, seq, item in entries:
-        yield ts, seq, item, stats
+        elif ts < newest - lateness_ms:
+            yield (newest, seq, _Late(item, newest - lateness_ms), stats)
+            continue
+        yield (ts, seq, item, stats)
 
 
 def read_records(
@@ -152,6 +136,10 @@ def read_records(
 ) -> Iterator[Record | InvalidRecord]:
     """Parse one file into records and dead letters (no ordering, no detection): the decode baseline."""
     return parse_file(path, options, fmt)
+
+
+def _merge_key(entry: tuple[int, int, Item, SourceStats]) -> tuple[int, int]:
+    return entry[0], entry[1]
 
 
 class MergedInputs:
@@ -178,16 +166,19 @@ class MergedInputs:
             stats = SourceStats(str(path), chosen.value)
             self.sources.append(stats)
             parsed = parse_open_file(handle, chosen, options, str(path))
-            ordered = _ordered(parsed, lateness_ms, sort_all=chosen is Format.SACCT)
-            self._streams.append(_tagged(ordered, stats))
+            self._streams.append(_ordered(parsed, lateness_ms, chosen is Format.SACCT, stats))
         self.total_bytes = sum(size for _, size in self._positions)
 
     def bytes_done(self) -> int:
         """Bytes read so far across the files (for progress)."""
         return sum(size if (at := reader.position()) < 0 else at for reader, size in self._positions)
 
+    def entries(self) -> Iterator[tuple[int, int, Item, SourceStats]]:
+        """``(ts, seq, item, stats)`` in merge order (the sort key is the first two)."""
+        return heapq.merge(*self._streams, key=_merge_key)
+
     def __iter__(self) -> Iterator[tuple[Item, SourceStats]]:
-        for _ts, _seq, item, stats in heapq.merge(*self._streams, key=lambda entry: (entry[0], entry[1])):
+        for _ts, _seq, item, stats in self.entries():
             yield item, stats
 
 
@@ -269,7 +260,7 @@ def replay(
 
     try:
         count = 0
-        for item, stats in inputs:
+        for _ts, _seq, item, stats in inputs.entries():
             count += 1
             if isinstance(item, InvalidRecord):
                 stats.dead_letters += 1
@@ -282,12 +273,10 @@ def replay(
             if not core.process(item):
                 late(item, core.watermark_ms or 0, stats)
                 continue
-            stats.records[_KIND[type(item)]] += 1
+            kind = _KIND[type(item)]
+            stats.records[kind] += 1
             policy.good(stats.path)
-            if summary.first_event_ms is None:
-                summary.first_event_ms = item.ts_ms
-            summary.last_event_ms = item.ts_ms
-            if not isinstance(item, EccSample):
+            if kind != "ecc":
                 sink.add(item)  # ECC samples are stored downsampled, from the core's rows
             if count % 8192 == 0:
                 deliver(core.drain())

@@ -69,7 +69,8 @@ class Settings:
         300, "Attribution window end, after a failed job's end (paper: 5 min)."
     )
     ecc_keep_interval_seconds: int = setting(
-        3600, "ECC samples that change nothing are stored at most this often per GPU."
+        86400,
+        "ECC samples that change nothing are stored at most this often per GPU (every change is stored).",
     )
     dead_letter_max_ratio: float = setting(
         0.5, "Stop loudly when more than this fraction of a source's records are dead letters."

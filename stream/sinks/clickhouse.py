@@ -88,12 +88,14 @@ def _job_row(event: JobEvent) -> list[Any]:
 
 def _ecc_row(row: EccRow) -> list[Any]:
     sample, deltas = row.sample, row.deltas
-    counters = sample.counters
-    sbe = deltas.get("sbe_volatile", deltas.get("sbe_aggregate", 0))
-    dbe = max(deltas.get("dbe_volatile", 0), deltas.get("dbe_aggregate", 0))
+    if deltas:
+        sbe = deltas.get("sbe_volatile", deltas.get("sbe_aggregate", 0))
+        dbe = max(deltas.get("dbe_volatile", 0), deltas.get("dbe_aggregate", 0))
+    else:
+        sbe = dbe = 0
     return [
         sample.ts_ms, sample.cluster, sample.node, sample.gpu_key, sample.gpu, sample.pci_bus_id,
-        *[counters.get(name) for name in _ECC_NAMES], sbe, dbe, row.reset,
+        *map(sample.counters.get, _ECC_NAMES), sbe, dbe, row.reset,
     ]  # fmt: skip
 
 
@@ -209,7 +211,9 @@ class ClickHouseSink:
 
     def add_emitted(self, emitted: Emitted, partition: int = 0) -> None:
         """Add everything the detection core emitted."""
-        for group in (emitted.ecc_rows, emitted.incidents, emitted.attributions, emitted.mttf):
+        # ECC rows are most of a replay's volume: converted in one pass, not dispatched one by one.
+        self._batch(partition).rows["ecc_samples"].extend(map(_ecc_row, emitted.ecc_rows))
+        for group in (emitted.incidents, emitted.attributions, emitted.mttf):
             self.add_all(group, partition)
 
     def add_all(self, items: Iterable[object], partition: int = 0) -> None:
