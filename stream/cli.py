@@ -50,7 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     replay = commands.add_parser("replay", help="replay log files through the detectors into ClickHouse")
     replay.add_argument(
-        "files", nargs="+", type=Path, help="kernel logs, sacct -P, DCGM text, nvidia-smi -q, JSONL"
+        "files",
+        nargs="+",
+        type=Path,
+        help="kernel logs, sacct -P, DCGM text, nvidia-smi -q, JSONL; or folders of them",
     )
     replay.add_argument(
         "--cluster", help="cluster name for records that carry none (default: FAULTSTREAM_CLUSTER)"

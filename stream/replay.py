@@ -138,6 +138,15 @@ def read_records(
     return parse_file(path, options, fmt)
 
 
+def _expand(paths: Iterable[Path]) -> Iterator[Path]:
+    """Files as given; a folder stands for the (non-hidden) files under it."""
+    for path in map(Path, paths):
+        if path.is_dir():
+            yield from (p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+        else:
+            yield path
+
+
 def _merge_key(entry: tuple[int, int, Item, SourceStats]) -> tuple[int, int]:
     return entry[0], entry[1]
 
@@ -153,7 +162,7 @@ class MergedInputs:
     def __init__(
         self, paths: Iterable[Path], options: ParseOptions, fmt: Format | None, lateness_ms: int
     ) -> None:
-        files = sorted({Path(p) for p in paths}, key=str)
+        files = sorted(set(_expand(paths)), key=str)
         self.sources: list[SourceStats] = []
         self._positions: list[tuple[_Progress, int]] = []
         self._streams: list[Iterator[tuple[int, int, Item, SourceStats]]] = []

@@ -82,3 +82,14 @@ def test_init_db_and_report_on_an_empty_store(tmp_path: Path) -> None:
     data = json.loads(report.stdout)
     assert data["rows"]["incidents"] == 0
     assert data["rf_per_1000_node_days"] is None
+
+
+def test_a_folder_stands_for_its_files(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    (logs / "node7").mkdir(parents=True)
+    (logs / "node7" / "kern.log").write_bytes(KERNEL)
+    (logs / ".hidden").write_bytes(b"not ours")
+    result = run("replay", str(logs), "--clickhouse", f"chdb://{tmp_path / 'store'}", "--json", "--no-progress")
+    assert result.returncode == 0, result.stderr
+    [source] = json.loads(result.stdout)["sources"]
+    assert source["file"].endswith("node7/kern.log") and source["records"] == {"xid": 2}
