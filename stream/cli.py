@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -383,6 +384,7 @@ def _cmd_config(_args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``faultstream`` console script."""
     args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="faultstream: %(message)s")
     handlers = {
         "replay": _cmd_replay,
         "report": _cmd_report,

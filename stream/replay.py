@@ -9,6 +9,7 @@ order, so the same set of files gives the same tables whatever order they are na
 from __future__ import annotations
 
 import heapq
+import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -26,12 +27,14 @@ from stream.parsers import Format, detect_format, open_input, parse_file, parse_
 from stream.parsers.detect import InputFile
 from stream.parsers.options import ParseOptions
 from stream.settings import Settings
-from stream.sinks.clickhouse import ClickHouseSink
+from stream.sinks.clickhouse import ClickHouseSink, SinkFlushError, flush_with_retry
 from stream.sinks.dead_letters import DeadLetterFile, DeadLetterPolicy, to_dead_letter
 
 __all__ = ["MergedInputs", "ReplaySummary", "late_dead_letter", "read_records", "replay"]
 
 Record = XidEvent | EccSample | JobEvent
+
+_log = logging.getLogger("faultstream.replay")
 
 _KIND = {XidEvent: "xid", EccSample: "ecc", JobEvent: "job"}
 
@@ -145,6 +148,10 @@ def _expand(paths: Iterable[Path]) -> Iterator[Path]:
             yield from (p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
         else:
             yield path
+
+
+def _log_retry(attempt: int, error: SinkFlushError) -> None:
+    _log.warning("ClickHouse write failed (attempt %d), retrying: %s", attempt, error)
 
 
 def _merge_key(entry: tuple[int, int, Item, SourceStats]) -> tuple[int, int]:
@@ -290,13 +297,13 @@ def replay(
             if count % 8192 == 0:
                 deliver(core.drain())
                 if sink.should_flush():
-                    sink.flush()
+                    flush_with_retry(sink, on_retry=_log_retry)
                 if progress is not None:
                     progress(inputs.bytes_done(), inputs.total_bytes)
         deliver(core.finish())
     finally:
         deliver(core.drain())
-        sink.flush()
+        flush_with_retry(sink, on_retry=_log_retry)
         if letters is not None:
             letters.close()
     if progress is not None:

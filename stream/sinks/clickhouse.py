@@ -25,7 +25,7 @@ from detectors.xid_catalog import classify_xid
 from schemas.outputs import DeadLetter, Incident, JobAttribution, MttfPartial
 from schemas.records import ECC_COUNTERS, JobEvent, XidEvent
 
-__all__ = ["ClickHouseSink", "SinkFlushError"]
+__all__ = ["ClickHouseSink", "SinkFlushError", "flush_with_retry"]
 
 
 class SinkFlushError(RuntimeError):
@@ -129,6 +129,45 @@ def _dead_letter_row(item: DeadLetter) -> list[Any]:
         item.source, item.location, item.reason, item.record_kind, item.event_ms,
         item.raw.decode("utf-8", "replace"), int(time.time() * 1000),
     ]  # fmt: skip
+
+
+def flush_with_retry(
+    sink: ClickHouseSink,
+    partition: int | None = None,
+    attempts: int = 8,
+    first_delay: float = 0.5,
+    sleep: Callable[[float], None] = time.sleep,
+    on_retry: Callable[[int, SinkFlushError], None] | None = None,
+) -> int:
+    """Flush, and when ClickHouse fails, wait and try again (backpressure, not loss).
+
+    The delay doubles from ``first_delay`` (capped at 30 s) for ``attempts`` tries, about two
+    minutes with the defaults; then the last :class:`SinkFlushError` propagates with the batch
+    still held, so the caller stops without having claimed anything it did not write.
+
+    >>> class Flaky:
+    ...     calls = 0
+    ...     def insert(self, *args, **kwargs):
+    ...         Flaky.calls += 1
+    ...         if Flaky.calls < 3:
+    ...             raise ConnectionError("down")
+    >>> sink = ClickHouseSink(Flaky(), "db")
+    >>> sink.add(XidEvent(ts_ms=0, cluster="c", node="n", xid=79))
+    >>> flush_with_retry(sink, sleep=lambda seconds: None), Flaky.calls
+    (1, 3)
+    """
+    delay = first_delay
+    for attempt in range(1, attempts + 1):
+        try:
+            return sink.flush(partition)
+        except SinkFlushError as exc:
+            if attempt == attempts:
+                raise
+            if on_retry is not None:
+                on_retry(attempt, exc)
+            sleep(min(delay, 30.0))
+            delay *= 2
+    raise AssertionError("unreachable")
 
 
 @dataclass(slots=True)

@@ -89,7 +89,9 @@ def test_a_folder_stands_for_its_files(tmp_path: Path) -> None:
     (logs / "node7").mkdir(parents=True)
     (logs / "node7" / "kern.log").write_bytes(KERNEL)
     (logs / ".hidden").write_bytes(b"not ours")
-    result = run("replay", str(logs), "--clickhouse", f"chdb://{tmp_path / 'store'}", "--json", "--no-progress")
+    result = run(
+        "replay", str(logs), "--clickhouse", f"chdb://{tmp_path / 'store'}", "--json", "--no-progress"
+    )
     assert result.returncode == 0, result.stderr
     [source] = json.loads(result.stdout)["sources"]
     assert source["file"].endswith("node7/kern.log") and source["records"] == {"xid": 2}

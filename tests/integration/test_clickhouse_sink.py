@@ -102,3 +102,22 @@ def test_failed_flush_keeps_the_batch_and_a_retry_writes_it(store):
     assert sink.pending_rows() == 0
     raw = scalar(client, f"SELECT raw FROM {settings.database}.dead_letters")
     assert "NVRM: Xid (PCI" in raw
+
+
+def test_replay_waits_out_a_clickhouse_outage_and_loses_nothing(store, caplog):
+    from pathlib import Path
+
+    from stream.parsers.options import ParseOptions
+    from stream.replay import replay
+
+    client, settings = store
+    logs = Path(__file__).resolve().parents[2] / "examples" / "sim-48x14" / "logs"
+    flaky = FailingClient(client, failures=2)
+    summary = replay([logs], settings, flaky, ParseOptions())
+    assert flaky.failures == 0
+    assert "ClickHouse write failed (attempt 1)" in caplog.text
+    xids = summary.sources[[s.fmt for s in summary.sources].index("kernel")].records["xid"]
+    assert scalar(client, f"SELECT count() FROM {settings.database}.xid_events") == xids  # each written once
+    assert scalar(client, f"SELECT count() FROM {settings.database}.incidents FINAL") == len(
+        summary.incidents
+    )
