@@ -100,6 +100,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--kafka", metavar="HOST:PORT", help="bootstrap servers (default FAULTSTREAM_KAFKA_BOOTSTRAP)"
     )
 
+    worker = commands.add_parser(
+        "worker", help="run a Faust worker: Kafka input topics -> detectors -> outputs"
+    )
+    worker.add_argument(
+        "--kafka", metavar="HOST:PORT", help="bootstrap servers (default FAULTSTREAM_KAFKA_BOOTSTRAP)"
+    )
+    _store_arguments(worker)
+
     init_db = commands.add_parser("init-db", help="create the database and tables (idempotent)")
     _store_arguments(init_db)
 
@@ -296,6 +304,14 @@ def _cmd_init_kafka(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_worker(args: argparse.Namespace) -> int:
+    from stream.worker import run_worker
+
+    settings = _settings(args).with_overrides(kafka_bootstrap=args.kafka)
+    run_worker(settings)
+    return 0
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     from stream.report import build_report, render_text
     from stream.store import connect
@@ -390,6 +406,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "report": _cmd_report,
         "init-db": _cmd_init_db,
         "init-kafka": _cmd_init_kafka,
+        "worker": _cmd_worker,
         "simulate": _cmd_simulate,
         "query": _cmd_query,
         "evaluate": _cmd_evaluate,

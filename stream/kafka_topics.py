@@ -5,6 +5,8 @@ topic                  key        config and why
 =====================  =========  ===============================================================
 xid, ecc               node       delete, 7 days: raw inputs, replayable from files for longer
 jobs                   job id     delete, 7 days: as above
+jobs-by-node           node       delete, 7 days: internal, the jobs re-keyed to their nodes so
+                                  a job's end meets its nodes' evidence in one partition
 incidents              incident   compact + delete (30 days): every update of an incident carries
                                   its id as key, so compaction keeps the latest state of each for
                                   a consumer that starts late, and the time bound ages them out
@@ -48,6 +50,7 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         TopicSpec(settings.topic_xid, partitions, replication, raw),
         TopicSpec(settings.topic_ecc, partitions, replication, raw),
         TopicSpec(settings.topic_jobs, partitions, replication, raw),
+        TopicSpec(settings.topic_jobs_by_node, partitions, replication, raw),
         TopicSpec(
             settings.topic_incidents,
             partitions,

@@ -86,6 +86,9 @@ class Settings:
     topic_xid: str = setting("faultstream.xid", "Input topic of XID events (key: node).")
     topic_ecc: str = setting("faultstream.ecc", "Input topic of ECC samples (key: node).")
     topic_jobs: str = setting("faultstream.jobs", "Input topic of job state changes (key: job id).")
+    topic_jobs_by_node: str = setting(
+        "faultstream.jobs-by-node", "Internal topic: job state changes re-keyed by each node of the job."
+    )
     topic_incidents: str = setting(
         "faultstream.incidents", "Output topic of incidents for SREs (key: incident id)."
     )
@@ -94,6 +97,13 @@ class Settings:
         8, "Partitions of the input topics (the most workers that can share the load)."
     )
     topic_replication: int = setting(1, "Replication factor of the topics faultstream creates.")
+    worker_app_id: str = setting("faultstream", "Faust application id: the consumer group of the workers.")
+    worker_flush_seconds: float = setting(
+        2.0, "Worker: flush ClickHouse and commit offsets at least this often."
+    )
+    worker_idle_seconds: float = setting(
+        2.0, "Worker: an input partition silent this long no longer holds back the event-time merge."
+    )
     checkpoint_write_minutes: float = setting(2.0, "ETTR guidance: time to write one checkpoint (w_cp).")
     restart_overhead_minutes: float = setting(
         10.0, "ETTR guidance: time lost to restart a job after a failure (u0)."

@@ -1,0 +1,140 @@
+"""The production path end to end on the real broker: replay --to Kafka -> worker -> ClickHouse + incidents topic.
+
+With one partition the worker sees what the embedded replay sees, so the tables must be equal:
+the same incident ids, versions and states, the same attributions, the same MTTF rows for every
+window closed before the last event (the embedded replay also closes the last, open window at
+the end of its input; a live worker leaves it open).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from tests.services import kafka
+from tests.services.kafka import consume
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+LOGS = ROOT / "examples" / "sim-48x14" / "logs"
+
+
+@pytest.fixture(scope="module")
+def bootstrap() -> str:
+    try:
+        return kafka.bootstrap_servers()
+    except RuntimeError as exc:
+        reason = str(exc)
+    pytest.fail(reason, pytrace=False)
+
+
+def cli(env: dict[str, str], *args: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-m", "stream.cli", *args],
+        capture_output=True, text=True, timeout=300, check=False, env={**os.environ, **env},
+    )  # fmt: skip
+    assert result.returncode == 0, f"faultstream {' '.join(args)}:\n{result.stderr[-3000:]}"
+    return result.stdout
+
+
+async def caught_up(bootstrap: str, group: str, topics: list[str], partitions_per_topic: int) -> bool:
+    """True when the group has committed every input partition up to its end."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        partitions = [TopicPartition(t, p) for t in topics for p in range(partitions_per_topic)]
+        ends = await consumer.end_offsets(partitions)
+        for tp in partitions:
+            committed = await consumer.committed(tp)
+            if (committed or 0) < ends[tp]:
+                return False
+        return True
+    finally:
+        await consumer.stop()
+
+
+def query(store: Path, sql: str) -> list[dict]:
+    out = cli({}, "query", sql, "--clickhouse", f"chdb://{store}")
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def tables(store: Path, before: str) -> dict[str, list[dict]]:
+    return {
+        "incidents": query(
+            store,
+            "SELECT incident_id, version, status, kind, node, gpu FROM faultstream.incidents FINAL ORDER BY incident_id",
+        ),
+        "attributions": query(
+            store,
+            "SELECT job_id, start, hardware FROM faultstream.job_attributions FINAL ORDER BY job_id, start",
+        ),
+        "mttf": query(
+            store,
+            "SELECT window_seconds, window_start, size_bucket, round(node_hours, 6) AS nh, failures, jobs_ended "
+            f"FROM faultstream.mttf_windows WHERE window_end <= toDateTime64('{before}', 3, 'UTC') "
+            "ORDER BY window_seconds, window_start, size_bucket",
+        ),
+    }
+
+
+def test_worker_results_equal_the_embedded_replay(bootstrap: str, tmp_path: Path) -> None:
+    prefix = f"w{uuid.uuid4().hex[:8]}"
+    env = {
+        "FAULTSTREAM_KAFKA_BOOTSTRAP": bootstrap,
+        "FAULTSTREAM_TOPIC_XID": f"{prefix}.xid",
+        "FAULTSTREAM_TOPIC_ECC": f"{prefix}.ecc",
+        "FAULTSTREAM_TOPIC_JOBS": f"{prefix}.jobs",
+        "FAULTSTREAM_TOPIC_JOBS_BY_NODE": f"{prefix}.jobs-by-node",
+        "FAULTSTREAM_TOPIC_INCIDENTS": f"{prefix}.incidents",
+        "FAULTSTREAM_TOPIC_DEAD_LETTERS": f"{prefix}.dead-letters",
+        "FAULTSTREAM_TOPIC_PARTITIONS": "1",
+        "FAULTSTREAM_WORKER_APP_ID": prefix,
+        "FAULTSTREAM_DATA_DIR": str(tmp_path / "worker-data"),
+    }
+    cli(env, "init-kafka")
+    cli(env, "replay", str(LOGS), "--to", f"kafka://{bootstrap}", "--no-progress")
+    worker_store = tmp_path / "worker-store"
+    log = (tmp_path / "worker.log").open("w")
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "stream.cli", "worker", "--clickhouse", f"chdb://{worker_store}"],
+        env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        inputs = [env["FAULTSTREAM_TOPIC_XID"], env["FAULTSTREAM_TOPIC_ECC"], env["FAULTSTREAM_TOPIC_JOBS"],
+                  env["FAULTSTREAM_TOPIC_JOBS_BY_NODE"]]  # fmt: skip
+        deadline = time.monotonic() + 180
+        while not asyncio.run(caught_up(bootstrap, prefix, inputs, 1)):
+            assert worker.poll() is None, (tmp_path / "worker.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "the worker did not commit all input offsets in 180 s"
+            time.sleep(2)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+        log.close()
+    embedded_store = tmp_path / "embedded-store"
+    cli({}, "replay", str(LOGS), "--clickhouse", f"chdb://{embedded_store}", "--no-progress")
+    [last] = query(embedded_store, "SELECT toString(toStartOfHour(max(ts))) AS t FROM faultstream.xid_events")
+    expected = tables(embedded_store, last["t"])
+    got = tables(worker_store, last["t"])
+    assert len(expected["incidents"]) > 10 and len(expected["mttf"]) > 100
+    assert got == expected
+    incidents, _ = asyncio.run(consume(bootstrap, env["FAULTSTREAM_TOPIC_INCIDENTS"], 1, 10_000, timeout=20,
+                                       give_up=lambda: False))  # fmt: skip
+    on_topic = {m.key.decode() for m in incidents}
+    assert on_topic == {row["incident_id"] for row in expected["incidents"]}
+    for name in (v for k, v in env.items() if k.startswith("FAULTSTREAM_TOPIC_") and "." in v):
+        kafka.delete_topic(name, bootstrap=bootstrap)
