@@ -24,8 +24,8 @@ import asyncio
 import logging
 import sys
 import time
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import faust
