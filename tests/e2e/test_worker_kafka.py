@@ -19,7 +19,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from tests.services import kafka
 from tests.services.kafka import consume
@@ -64,6 +64,16 @@ async def caught_up(bootstrap: str, group: str, topics: list[str], partitions_pe
         await consumer.stop()
 
 
+async def produce(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await producer.start()
+    try:
+        for key, value in messages:
+            await producer.send_and_wait(topic, value=value, key=key)
+    finally:
+        await producer.stop()
+
+
 def query(store: Path, sql: str) -> list[dict]:
     out = cli({}, "query", sql, "--clickhouse", f"chdb://{store}")
     return [json.loads(line) for line in out.splitlines() if line.strip()]
@@ -104,6 +114,8 @@ def test_worker_results_equal_the_embedded_replay(bootstrap: str, tmp_path: Path
     }
     cli(env, "init-kafka")
     cli(env, "replay", str(LOGS), "--to", f"kafka://{bootstrap}", "--no-progress")
+    bad = [b"{not json", b'{"ts": "2024-01-05T00:00:00Z", "cluster": "sim", "node": "node0001", "xid": "79"}']
+    asyncio.run(produce(bootstrap, env["FAULTSTREAM_TOPIC_XID"], [(b"node0001", value) for value in bad]))
     worker_store = tmp_path / "worker-store"
     log = (tmp_path / "worker.log").open("w")
     worker = subprocess.Popen(
@@ -132,6 +144,11 @@ def test_worker_results_equal_the_embedded_replay(bootstrap: str, tmp_path: Path
     got = tables(worker_store, last["t"])
     assert len(expected["incidents"]) > 10 and len(expected["mttf"]) > 100
     assert got == expected
+    letters = query(worker_store, "SELECT reason, raw FROM faultstream.dead_letters FINAL ORDER BY reason")
+    assert [(row["reason"][:17], row["raw"][:9]) for row in letters] == [
+        ("field 'xid' must ", '{"ts": "2'),
+        ("not JSON (unexpec", "{not json"),
+    ]
     incidents, _ = asyncio.run(consume(bootstrap, env["FAULTSTREAM_TOPIC_INCIDENTS"], 1, 10_000, timeout=20,
                                        give_up=lambda: False))  # fmt: skip
     on_topic = {m.key.decode() for m in incidents}
