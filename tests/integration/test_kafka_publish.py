@@ -45,6 +45,7 @@ def topics_env(bootstrap: str) -> dict[str, str]:
         "FAULTSTREAM_TOPIC_XID": f"{prefix}.xid",
         "FAULTSTREAM_TOPIC_ECC": f"{prefix}.ecc",
         "FAULTSTREAM_TOPIC_JOBS": f"{prefix}.jobs",
+        "FAULTSTREAM_TOPIC_JOBS_BY_NODE": f"{prefix}.jobs-by-node",
         "FAULTSTREAM_TOPIC_INCIDENTS": f"{prefix}.incidents",
         "FAULTSTREAM_TOPIC_DEAD_LETTERS": f"{prefix}.dead-letters",
         "FAULTSTREAM_TOPIC_PARTITIONS": "3",
@@ -79,8 +80,8 @@ async def incident_topic_policy(bootstrap: str, topic: str) -> str:
 def test_init_kafka_creates_the_topics_once_with_their_configs(bootstrap, topics_env):
     first = faultstream(topics_env, "init-kafka")
     again = faultstream(topics_env, "init-kafka")
-    assert first.count(": created") == 5
-    assert again.count(": exists") == 5
+    assert first.count(": created") == 6
+    assert again.count(": exists") == 6
     policy = asyncio.run(incident_topic_policy(bootstrap, topics_env["FAULTSTREAM_TOPIC_INCIDENTS"]))
     assert policy == "compact,delete"
 
