@@ -35,6 +35,7 @@ from detectors.core import DetectionCore
 from schemas.outputs import Incident
 from schemas.records import EccSample, InvalidRecord, JobEvent, XidEvent
 from stream.event_time_merge import EventTimeMerger
+from stream.replay import late_dead_letter
 from stream.settings import Settings
 from stream.sinks.clickhouse import ClickHouseSink, SinkFlushError
 from stream.sinks.dead_letters import DeadLetterPolicy, to_dead_letter
@@ -70,6 +71,7 @@ class PartitionWorker:
     """The state of one input partition: its core, its merge buffer, its batch, its unacked events."""
 
     partition: int
+    lateness_s: int
     core: DetectionCore
     merger: EventTimeMerger[tuple[XidEvent | EccSample | JobEvent, Any]]
     unacked: list[Any] = field(default_factory=list)
@@ -83,14 +85,10 @@ class PartitionWorker:
                 if not isinstance(record, EccSample):
                     sink.add(record, self.partition)
             else:
-                sink.add(
-                    to_dead_letter(
-                        InvalidRecord("late event (older than the watermark)", b"", str(self.partition), ""),
-                        type(record).__name__,
-                        record.ts_ms,
-                    ),
-                    self.partition,
+                letter = late_dead_letter(
+                    record, self.core.watermark_ms or 0, f"partition {self.partition}", self.lateness_s
                 )
+                sink.add(letter, self.partition)
             self.unacked.append(event)
         emitted = self.core.drain()
         for incident in emitted.incidents:
@@ -131,6 +129,7 @@ def build_app(settings: Settings) -> faust.App:
         if state is None:
             state = partitions[number] = PartitionWorker(
                 number,
+                settings.allowed_lateness_seconds,
                 DetectionCore(settings.core_config()),
                 EventTimeMerger(
                     sorted(kinds.values()), idle_after=settings.worker_idle_seconds, clock=time.monotonic
