@@ -215,5 +215,7 @@ def build_app(settings: Settings) -> faust.App:
 def run_worker(settings: Settings) -> None:
     """Run a worker until it is stopped (``faultstream worker``)."""
     app = build_app(settings)
-    sys.argv = ["faultstream-worker", "worker", "-l", "warn"]  # Faust's command line reads sys.argv
+    # Faust's command line reads sys.argv, and would otherwise start a web server on 0.0.0.0:6066,
+    # which two workers on one host cannot share.
+    sys.argv = ["faultstream-worker", "worker", "-l", "warn", "--without-web"]
     app.main()

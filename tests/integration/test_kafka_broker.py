@@ -116,7 +116,7 @@ def test_faust_worker_forwards_every_message(bootstrap, new_topic, tmp_path):
     log_path = tmp_path / "worker.log"
     with log_path.open("w") as log:
         worker = subprocess.Popen(
-            [sys.executable, str(ROOT / "tests/services/faust_echo.py"), "worker", "-l", "warn"],
+            [sys.executable, str(ROOT / "tests/services/faust_echo.py"), "worker", "-l", "warn", "--without-web"],
             env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )  # fmt: skip
         try:

@@ -4,7 +4,7 @@ topic, key and value unchanged, to another.
 Run as a worker process, configured by the environment:
 
     FAULTSTREAM_TEST_KAFKA=127.0.0.1:9092 FAUST_ECHO_ID=echo FAUST_ECHO_SOURCE=in FAUST_ECHO_SINK=out \
-    FAUST_ECHO_DATADIR=/tmp/echo python tests/services/faust_echo.py worker -l warning
+    FAUST_ECHO_DATADIR=/tmp/echo python tests/services/faust_echo.py worker -l warn --without-web
 
 Importing this module does nothing but import faust (pytest's doctest collection imports it).
 """
