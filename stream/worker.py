@@ -38,7 +38,7 @@ from stream.event_time_merge import EventTimeMerger
 from stream.replay import late_dead_letter
 from stream.settings import Settings
 from stream.sinks.clickhouse import ClickHouseSink, SinkFlushError
-from stream.sinks.dead_letters import DeadLetterPolicy, to_dead_letter
+from stream.sinks.dead_letters import DeadLetterLimitExceeded, DeadLetterPolicy, to_dead_letter
 from stream.store import connect
 
 __all__ = ["PartitionWorker", "build_app", "decode"]
@@ -120,7 +120,11 @@ def build_app(settings: Settings) -> faust.App:
     incidents_topic = app.topic(settings.topic_incidents, **_RAW)
     dead_letter_topic = app.topic(settings.topic_dead_letters, **_RAW)
     sink = ClickHouseSink(connect(settings), settings.database, settings.sink_batch_rows)
-    policy = DeadLetterPolicy(settings.dead_letter_max_ratio, settings.dead_letter_min_records)
+    policy = DeadLetterPolicy(
+        settings.dead_letter_max_ratio,
+        settings.dead_letter_min_records,
+        hint="Is the producer writing the JSON Schemas of schemas/jsonschema/?",
+    )
     partitions: dict[int, PartitionWorker] = {}
     lock = asyncio.Lock()
 
@@ -146,7 +150,13 @@ def build_app(settings: Settings) -> faust.App:
             headers=[("reason", error.reason.encode()), ("source", error.source.encode()),
                      ("location", error.location.encode())],
         )  # fmt: skip
-        policy.check(error.source)
+        try:
+            policy.check(error.source)
+        except DeadLetterLimitExceeded as exc:
+            # A bad deploy must not drain the stream into the dead letters: stop, loudly.
+            _log.error("stopping the worker: %s", exc)
+            await app.crash(exc)
+            raise
 
     async def flush(state: PartitionWorker) -> None:
         try:

@@ -68,6 +68,7 @@ class DeadLetterPolicy:
 
     max_ratio: float = 0.5
     min_records: int = 200
+    hint: str = "Is this the right input (see --format)?"
     good_by_source: Counter[str] = field(default_factory=Counter)
     bad_by_source: Counter[str] = field(default_factory=Counter)
     reasons: Counter[str] = field(default_factory=Counter)
@@ -91,7 +92,7 @@ class DeadLetterPolicy:
             raise DeadLetterLimitExceeded(
                 f"{source}: {bad} of {total} records ({bad / total:.0%}) are dead letters, above the limit "
                 f"of {self.max_ratio:.0%} (FAULTSTREAM_DEAD_LETTER_MAX_RATIO); most common reason: {common}. "
-                "Is this the right input (see --format)?"
+                f"{self.hint}"
             )
 
     @property

@@ -155,3 +155,25 @@ def test_worker_results_equal_the_embedded_replay(bootstrap: str, tmp_path: Path
     assert on_topic == {row["incident_id"] for row in expected["incidents"]}
     for name in (v for k, v in env.items() if k.startswith("FAULTSTREAM_TOPIC_") and "." in v):
         kafka.delete_topic(name, bootstrap=bootstrap)
+
+
+def test_a_bad_deploy_stops_the_worker_loudly(bootstrap: str, tmp_path: Path) -> None:
+    prefix = f"d{uuid.uuid4().hex[:8]}"
+    env = {
+        "FAULTSTREAM_KAFKA_BOOTSTRAP": bootstrap,
+        **{f"FAULTSTREAM_TOPIC_{name}": f"{prefix}.{name.lower()}"
+           for name in ("XID", "ECC", "JOBS", "JOBS_BY_NODE", "INCIDENTS", "DEAD_LETTERS")},
+        "FAULTSTREAM_TOPIC_PARTITIONS": "1",
+        "FAULTSTREAM_WORKER_APP_ID": prefix,
+        "FAULTSTREAM_DATA_DIR": str(tmp_path / "worker-data"),
+        "FAULTSTREAM_DEAD_LETTER_MIN_RECORDS": "20",
+    }  # fmt: skip
+    cli(env, "init-kafka")
+    asyncio.run(produce(bootstrap, env["FAULTSTREAM_TOPIC_XID"], [(b"node1", b"garbage")] * 50))
+    worker = subprocess.run(
+        [sys.executable, "-m", "stream.cli", "worker", "--clickhouse", f"chdb://{tmp_path / 'store'}"],
+        env={**os.environ, **env}, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert worker.returncode != 0
+    assert "stopping the worker" in worker.stdout + worker.stderr
+    assert "20 of 20 records (100%) are dead letters" in worker.stdout + worker.stderr
