@@ -71,6 +71,3 @@ class NodeEvidenceLog:
         ]
         found.sort(key=lambda e: (e.ts_ms, e.node, e.gpu, e.kind))
         return found
-
-    def __len__(self) -> int:
-        return sum(len(events) for events in self._by_node.values())

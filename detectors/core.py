@@ -111,9 +111,6 @@ class Emitted:
     mttf: list[MttfPartial] = field(default_factory=list)
     ecc_rows: list[EccRow] = field(default_factory=list)
 
-    def __bool__(self) -> bool:
-        return bool(self.incidents or self.attributions or self.mttf or self.ecc_rows)
-
 
 @dataclass(slots=True)
 class _Run:
@@ -241,16 +238,6 @@ class DetectionCore:
             for run in sorted(self._runs.values(), key=lambda r: (r.cluster, r.job_id, r.start_ms)):
                 self._emit_exposure(run, end, None, final=False)
         return self.drain()
-
-    @property
-    def open_incidents(self) -> int:
-        """Incidents opened and not yet resolved."""
-        return len(self._incidents)
-
-    @property
-    def running_jobs(self) -> int:
-        """Job runs started and not yet ended."""
-        return len(self._runs)
 
     # -- time ----------------------------------------------------------------------------------
 

@@ -159,9 +159,6 @@ class IncidentTracker:
         # (resolve-at, key) entries; stale ones (incident updated since) are skipped when popped.
         self._deadlines: list[tuple[int, tuple[str, str, str, str]]] = []
 
-    def __len__(self) -> int:
-        return len(self._open)
-
     @property
     def next_deadline_ms(self) -> int | None:
         """Event time at which the earliest open incident may resolve."""

@@ -193,6 +193,3 @@ class LemonTracker:
                 )
             )
         return verdicts
-
-    def __len__(self) -> int:
-        return len(self._nodes)

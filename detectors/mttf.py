@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from itertools import pairwise
@@ -131,10 +131,3 @@ def optimal_checkpoint_interval_hours(
     if rate_per_hour <= 0:
         return math.inf
     return math.sqrt(2.0 * checkpoint_write_hours / rate_per_hour)
-
-
-def reference_projection(
-    rf_per_node_day: float, sizes: Sequence[int], gpus_per_node: int = 8
-) -> dict[int, float]:
-    """Projected MTTF in hours for each reference job size."""
-    return {size: projected_mttf_hours(size, rf_per_node_day, gpus_per_node) for size in sizes}

@@ -77,11 +77,3 @@ class EventTimeMerger(Generic[T]):
         watermark = self.low_watermark()
         while self._heap and watermark is not None and self._heap[0][0] <= watermark:
             yield heapq.heappop(self._heap)[3]
-
-    def drain(self) -> Iterator[T]:
-        """Everything held, in order (shutdown)."""
-        while self._heap:
-            yield heapq.heappop(self._heap)[3]
-
-    def __len__(self) -> int:
-        return len(self._heap)
