@@ -43,3 +43,15 @@ def store(chdb_client: Client, chdb_path: Path) -> Iterator[tuple[Client, Settin
     init_db(chdb_client, settings)
     yield chdb_client, settings
     chdb_client.command(f"DROP DATABASE IF EXISTS {settings.database}")
+
+
+@pytest.fixture(scope="session")
+def bootstrap() -> str:
+    """The real Kafka broker tests/run started; the test fails (never skips) without one."""
+    from tests.services import kafka
+
+    try:
+        return kafka.bootstrap_servers()
+    except RuntimeError as exc:
+        reason = str(exc)
+    pytest.fail(reason, pytrace=False)

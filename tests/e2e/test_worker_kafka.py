@@ -30,15 +30,6 @@ ROOT = Path(__file__).resolve().parents[2]
 LOGS = ROOT / "examples" / "sim-48x14" / "logs"
 
 
-@pytest.fixture(scope="module")
-def bootstrap() -> str:
-    try:
-        return kafka.bootstrap_servers()
-    except RuntimeError as exc:
-        reason = str(exc)
-    pytest.fail(reason, pytrace=False)
-
-
 def cli(env: dict[str, str], *args: str) -> str:
     result = subprocess.run(
         [sys.executable, "-m", "stream.cli", *args],
@@ -100,18 +91,7 @@ def tables(store: Path, before: str) -> dict[str, list[dict]]:
 
 def test_worker_results_equal_the_embedded_replay(bootstrap: str, tmp_path: Path) -> None:
     prefix = f"w{uuid.uuid4().hex[:8]}"
-    env = {
-        "FAULTSTREAM_KAFKA_BOOTSTRAP": bootstrap,
-        "FAULTSTREAM_TOPIC_XID": f"{prefix}.xid",
-        "FAULTSTREAM_TOPIC_ECC": f"{prefix}.ecc",
-        "FAULTSTREAM_TOPIC_JOBS": f"{prefix}.jobs",
-        "FAULTSTREAM_TOPIC_JOBS_BY_NODE": f"{prefix}.jobs-by-node",
-        "FAULTSTREAM_TOPIC_INCIDENTS": f"{prefix}.incidents",
-        "FAULTSTREAM_TOPIC_DEAD_LETTERS": f"{prefix}.dead-letters",
-        "FAULTSTREAM_TOPIC_PARTITIONS": "1",
-        "FAULTSTREAM_WORKER_APP_ID": prefix,
-        "FAULTSTREAM_DATA_DIR": str(tmp_path / "worker-data"),
-    }
+    env = kafka.deployment_env(bootstrap, prefix, 1, FAULTSTREAM_DATA_DIR=str(tmp_path / "worker-data"))
     cli(env, "init-kafka")
     cli(env, "replay", str(LOGS), "--to", f"kafka://{bootstrap}", "--no-progress")
     bad = [b"{not json", b'{"ts": "2024-01-05T00:00:00Z", "cluster": "sim", "node": "node0001", "xid": "79"}']
@@ -153,21 +133,18 @@ def test_worker_results_equal_the_embedded_replay(bootstrap: str, tmp_path: Path
                                        give_up=lambda: False))  # fmt: skip
     on_topic = {m.key.decode() for m in incidents}
     assert on_topic == {row["incident_id"] for row in expected["incidents"]}
-    for name in (v for k, v in env.items() if k.startswith("FAULTSTREAM_TOPIC_") and "." in v):
-        kafka.delete_topic(name, bootstrap=bootstrap)
+    kafka.delete_deployment_topics(env)
 
 
 def test_a_bad_deploy_stops_the_worker_loudly(bootstrap: str, tmp_path: Path) -> None:
     prefix = f"d{uuid.uuid4().hex[:8]}"
-    env = {
-        "FAULTSTREAM_KAFKA_BOOTSTRAP": bootstrap,
-        **{f"FAULTSTREAM_TOPIC_{name}": f"{prefix}.{name.lower()}"
-           for name in ("XID", "ECC", "JOBS", "JOBS_BY_NODE", "INCIDENTS", "DEAD_LETTERS")},
-        "FAULTSTREAM_TOPIC_PARTITIONS": "1",
-        "FAULTSTREAM_WORKER_APP_ID": prefix,
-        "FAULTSTREAM_DATA_DIR": str(tmp_path / "worker-data"),
-        "FAULTSTREAM_DEAD_LETTER_MIN_RECORDS": "20",
-    }  # fmt: skip
+    env = kafka.deployment_env(
+        bootstrap,
+        prefix,
+        1,
+        FAULTSTREAM_DATA_DIR=str(tmp_path / "worker-data"),
+        FAULTSTREAM_DEAD_LETTER_MIN_RECORDS="20",
+    )
     cli(env, "init-kafka")
     asyncio.run(produce(bootstrap, env["FAULTSTREAM_TOPIC_XID"], [(b"node1", b"garbage")] * 50))
     worker = subprocess.run(

@@ -31,15 +31,6 @@ PARTITIONS = 4
 KEYS = 37
 
 
-@pytest.fixture(scope="module")
-def bootstrap() -> str:
-    try:
-        return kafka.bootstrap_servers()
-    except RuntimeError as exc:
-        reason = str(exc)
-    pytest.fail(reason, pytrace=False)
-
-
 @pytest.fixture
 def new_topic(bootstrap: str) -> Iterator[object]:
     """A factory of fresh, uniquely named topics, deleted after the test."""

@@ -28,33 +28,12 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = sorted((ROOT / "examples" / "sim-48x14" / "logs").iterdir())
 
 
-@pytest.fixture(scope="module")
-def bootstrap() -> str:
-    try:
-        return kafka.bootstrap_servers()
-    except RuntimeError as exc:
-        reason = str(exc)
-    pytest.fail(reason, pytrace=False)
-
-
 @pytest.fixture
 def topics_env(bootstrap: str) -> dict[str, str]:
     prefix = f"t{uuid.uuid4().hex[:8]}"
-    env = {
-        "FAULTSTREAM_KAFKA_BOOTSTRAP": bootstrap,
-        "FAULTSTREAM_TOPIC_XID": f"{prefix}.xid",
-        "FAULTSTREAM_TOPIC_ECC": f"{prefix}.ecc",
-        "FAULTSTREAM_TOPIC_JOBS": f"{prefix}.jobs",
-        "FAULTSTREAM_TOPIC_JOBS_BY_NODE": f"{prefix}.jobs-by-node",
-        "FAULTSTREAM_TOPIC_INCIDENTS": f"{prefix}.incidents",
-        "FAULTSTREAM_TOPIC_DEAD_LETTERS": f"{prefix}.dead-letters",
-        "FAULTSTREAM_TOPIC_PARTITIONS": "3",
-    }
+    env = kafka.deployment_env(bootstrap, prefix, 3)
     yield env
-    for name in (
-        value for key, value in env.items() if key.startswith("FAULTSTREAM_TOPIC_") and "." in value
-    ):
-        kafka.delete_topic(name, bootstrap=bootstrap)
+    kafka.delete_deployment_topics(env)
 
 
 def faultstream(env: dict[str, str], *args: str) -> str:

@@ -231,3 +231,25 @@ async def consume(
         return records, {tp.partition: offset for tp, offset in end.items()}
     finally:
         await consumer.stop()
+
+
+TOPIC_SETTINGS = ("XID", "ECC", "JOBS", "JOBS_BY_NODE", "INCIDENTS", "DEAD_LETTERS")
+
+
+def deployment_env(bootstrap: str, prefix: str, partitions: int, **extra: str) -> dict[str, str]:
+    """FAULTSTREAM_* variables of a deployment whose topics and consumer group are all ``prefix``-named,
+    so tests sharing one broker never see each other's records."""
+    env = {
+        "FAULTSTREAM_KAFKA_BOOTSTRAP": bootstrap,
+        "FAULTSTREAM_TOPIC_PARTITIONS": str(partitions),
+        "FAULTSTREAM_WORKER_APP_ID": prefix,
+        **{f"FAULTSTREAM_TOPIC_{name}": f"{prefix}.{name.lower()}" for name in TOPIC_SETTINGS},
+    }
+    env.update(extra)
+    return env
+
+
+def delete_deployment_topics(env: dict[str, str]) -> None:
+    """Delete the topics named in a :func:`deployment_env`."""
+    for name in TOPIC_SETTINGS:
+        delete_topic(env[f"FAULTSTREAM_TOPIC_{name}"], bootstrap=env["FAULTSTREAM_KAFKA_BOOTSTRAP"])
