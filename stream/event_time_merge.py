@@ -72,6 +72,14 @@ class EventTimeMerger(Generic[T]):
             return self._heap[0][0] + 2**62 if self._heap else None  # all idle: release everything
         return min(active)
 
+    def held(self) -> list[tuple[str, int, T]]:
+        """The items not yet released, as (source, event time, item) in release order.
+
+        Adding them to a fresh merger in this order holds them exactly as this one does (a
+        checkpoint does that); the sources' progress starts afresh there.
+        """
+        return [(source, ts_ms, item) for ts_ms, source, _, item in sorted(self._heap)]
+
     def release(self) -> Iterator[T]:
         """Items whose event time is at or before the low watermark, in order."""
         watermark = self.low_watermark()

@@ -11,6 +11,9 @@ incidents              incident   compact + delete (30 days): every update of an
                                   its id as key, so compaction keeps the latest state of each for
                                   a consumer that starts late, and the time bound ages them out
 dead-letters           source     delete, 30 days: to repair and replay by hand
+checkpoints            partition  compact: the newest detector-state checkpoint of each input
+                                  partition is all a restarting worker needs; messages up to
+                                  64 MiB (the state of ~12,000 nodes per partition, compressed)
 =====================  =========  ===============================================================
 
 Message timestamps are the records' event times (``CreateTime``), so a replay of history
@@ -23,9 +26,10 @@ from dataclasses import dataclass
 
 from stream.settings import Settings
 
-__all__ = ["TopicSpec", "topic_specs"]
+__all__ = ["CHECKPOINT_MAX_BYTES", "TopicSpec", "topic_specs"]
 
 DAY_MS = 86_400_000
+CHECKPOINT_MAX_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,5 +70,15 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
             1,
             replication,
             {"cleanup.policy": "delete", "retention.ms": str(30 * DAY_MS)},
+        ),
+        TopicSpec(
+            settings.topic_checkpoints,
+            partitions,
+            replication,
+            {
+                "cleanup.policy": "compact",
+                "max.message.bytes": str(CHECKPOINT_MAX_BYTES),
+                "segment.ms": str(DAY_MS // 24),
+            },
         ),
     ]

@@ -93,16 +93,31 @@ class Settings:
         "faultstream.incidents", "Output topic of incidents for SREs (key: incident id)."
     )
     topic_dead_letters: str = setting("faultstream.dead-letters", "Topic of records that could not be used.")
+    topic_checkpoints: str = setting(
+        "faultstream.checkpoints",
+        "Internal compacted topic of the workers' detector-state checkpoints, one per input partition.",
+    )
     topic_partitions: int = setting(
         8, "Partitions of the input topics (the most workers that can share the load)."
     )
     topic_replication: int = setting(1, "Replication factor of the topics faultstream creates.")
     worker_app_id: str = setting("faultstream", "Faust application id: the consumer group of the workers.")
     worker_flush_seconds: float = setting(
-        2.0, "Worker: flush ClickHouse and commit offsets at least this often."
+        2.0,
+        "Worker commit interval: flush ClickHouse, publish incidents, write the state checkpoint and "
+        "commit offsets at least this often (and whenever a batch holds `sink_batch_rows`).",
+    )
+    worker_batch_events: int = setting(
+        1000, "Worker: messages taken from Kafka and processed together (the most per step)."
     )
     worker_idle_seconds: float = setting(
         2.0, "Worker: an input partition silent this long no longer holds back the event-time merge."
+    )
+    metrics_port: int = setting(
+        9464, "Worker: port of the Prometheus metrics endpoint (`/metrics`); 0 turns it off."
+    )
+    metrics_host: str = setting(
+        "127.0.0.1", "Worker: address the metrics endpoint binds (0.0.0.0 inside a container)."
     )
     checkpoint_write_minutes: float = setting(2.0, "ETTR guidance: time to write one checkpoint (w_cp).")
     restart_overhead_minutes: float = setting(

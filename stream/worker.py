@@ -5,17 +5,28 @@ Topology
 ``jobs`` (key: job) --rekey_jobs--> ``jobs-by-node`` (key: node, one copy per node of the job)
 ``xid``, ``ecc``, ``jobs-by-node`` (co-partitioned by node) --detect--> ClickHouse, ``incidents``
 
-Per assigned input partition the worker keeps one :class:`detectors.core.DetectionCore`, fed in
-event-time order by an :class:`~stream.event_time_merge.EventTimeMerger` over the partition's
-three topics, and one batch of the :class:`~stream.sinks.clickhouse.ClickHouseSink`.
+Per assigned input partition the worker keeps one :class:`PartitionWorker`: a
+:class:`detectors.core.DetectionCore`, fed in event-time order by an
+:class:`~stream.event_time_merge.EventTimeMerger` over the partition's three topics, and one batch
+of the :class:`~stream.sinks.clickhouse.ClickHouseSink`.
 
-Where offsets are committed: events are read with manual acks and acked only after the
-ClickHouse batch holding their effects was flushed (:meth:`PartitionWorker.flush`); Faust
-commits acked offsets. A failed flush keeps the batch, acks nothing, and is retried.
+Commit point (:func:`commit`), every ``worker_flush_seconds`` or when a batch is full:
 
-Known limits of this first version (issue 4 continues): detector state lives in memory, so a
-restarted worker replays its partitions from the last commit and relearns; the storm detector's
-fleet quantile and the lemon statistics see one partition's nodes, not the fleet.
+1. flush the partition's ClickHouse batch; on failure wait and retry with backoff, holding the
+   agent (so Faust stops fetching: backpressure) and acking nothing;
+2. send the incident updates and dead letters of the batch, and wait for the broker's acks;
+3. write the partition's checkpoint (:mod:`stream.checkpoints`) and wait for it;
+4. ack the messages, which lets Faust commit their offsets.
+
+A crash anywhere before 4 redoes the work from the previous checkpoint: ClickHouse rows are
+idempotent (ReplacingMergeTree on deterministic ids), and incident updates may reach the topic a
+second time with the same id and version (at-least-once; consumers keep the highest version per
+id, and compaction keeps one). Because the checkpoint is written before the ack, a restarted
+worker resumes the detectors exactly where the committed offsets are, skipping messages whose
+effect the checkpoint already holds.
+
+Known limit: the storm detector's fleet quantile and the lemon statistics see the nodes of one
+partition, so with several partitions their thresholds can differ from a single-partition run's.
 """
 
 from __future__ import annotations
@@ -24,6 +35,7 @@ import asyncio
 import logging
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,11 +46,13 @@ import orjson
 from detectors.core import DetectionCore
 from schemas.outputs import Incident
 from schemas.records import EccSample, InvalidRecord, JobEvent, XidEvent
+from stream.checkpoints import CheckpointTopic, PartitionCheckpoint
 from stream.event_time_merge import EventTimeMerger
+from stream.metrics import WorkerMetrics
 from stream.replay import late_dead_letter
 from stream.settings import Settings
-from stream.sinks.clickhouse import ClickHouseSink, SinkFlushError
-from stream.sinks.dead_letters import DeadLetterLimitExceeded, DeadLetterPolicy, to_dead_letter
+from stream.sinks.clickhouse import ClickHouseSink, FlushStats, SinkFlushError
+from stream.sinks.dead_letters import DeadLetterLimitExceeded, DeadLetterPolicy, reason_class, to_dead_letter
 from stream.store import connect
 
 __all__ = ["PartitionWorker", "build_app", "decode"]
@@ -51,9 +65,14 @@ _RAW: dict[str, Any] = {
     "key_serializer": "raw",
     "value_serializer": "raw",
 }
+#: Sink batch of the dead letters found while re-keying jobs (input partitions are >= 0).
+_REKEY_BATCH = -1
+_MAX_BACKOFF_S = 30.0
+
+Record = XidEvent | EccSample | JobEvent
 
 
-def decode(topic_kind: str, value: bytes, source: str, location: str) -> XidEvent | EccSample | JobEvent:
+def decode(topic_kind: str, value: bytes, source: str, location: str) -> Record:
     """Decode one message of an input topic; raise :class:`InvalidRecord` with the reason."""
     try:
         document = orjson.loads(value)
@@ -68,32 +87,53 @@ def decode(topic_kind: str, value: bytes, source: str, location: str) -> XidEven
 
 @dataclass(slots=True)
 class PartitionWorker:
-    """The state of one input partition: its core, its merge buffer, its batch, its unacked events."""
+    """The state of one input partition: what its checkpoint holds, plus the uncommitted batch."""
 
     partition: int
-    lateness_s: int
     core: DetectionCore
-    merger: EventTimeMerger[tuple[XidEvent | EccSample | JobEvent, Any]]
+    merger: EventTimeMerger[Record]
+    #: Input topic -> offset of the last message applied (in the core, the merge or a dead letter).
+    applied: dict[str, int] = field(default_factory=dict)
     unacked: list[Any] = field(default_factory=list)
     incidents: dict[str, Incident] = field(default_factory=dict)
-    last_flush: float = field(default_factory=time.monotonic)
+    letters: list[InvalidRecord] = field(default_factory=list)
+    last_commit: float = field(default_factory=time.monotonic)
 
-    def process_released(self, sink: ClickHouseSink) -> None:
-        """Run every record the merge releases through the core; collect outputs for the batch."""
-        for record, event in self.merger.release():
+    @classmethod
+    def start(
+        cls, partition: int, settings: Settings, sources: list[str], checkpoint: PartitionCheckpoint | None
+    ) -> PartitionWorker:
+        """A fresh partition, or one continuing from ``checkpoint``."""
+        merger: EventTimeMerger[Record] = EventTimeMerger(
+            sources, idle_after=settings.worker_idle_seconds, clock=time.monotonic
+        )
+        if checkpoint is None:
+            return cls(partition, DetectionCore(settings.core_config()), merger)
+        for source, ts_ms, record in checkpoint.held:
+            merger.add(source, ts_ms, record)
+        return cls(partition, checkpoint.core, merger, dict(checkpoint.offsets))
+
+    def checkpoint(self) -> PartitionCheckpoint:
+        """What a worker taking over this partition needs (only valid at a commit point)."""
+        return PartitionCheckpoint(self.partition, dict(self.applied), self.core, self.merger.held())
+
+    def process_released(self, sink: ClickHouseSink, lateness_s: int) -> int:
+        """Run every record the merge releases through the core into the batch; return the late ones."""
+        late = 0
+        for record in self.merger.release():
             if self.core.process(record):
                 if not isinstance(record, EccSample):
                     sink.add(record, self.partition)
             else:
-                letter = late_dead_letter(
-                    record, self.core.watermark_ms or 0, f"partition {self.partition}", self.lateness_s
-                )
+                late += 1
+                where = f"partition {self.partition}"
+                letter = late_dead_letter(record, self.core.watermark_ms or 0, where, lateness_s)
                 sink.add(letter, self.partition)
-            self.unacked.append(event)
         emitted = self.core.drain()
         for incident in emitted.incidents:
             self.incidents[incident.incident_id] = incident
         sink.add_emitted(emitted, self.partition)
+        return late
 
 
 def build_app(settings: Settings) -> faust.App:
@@ -111,15 +151,29 @@ def build_app(settings: Settings) -> faust.App:
         topic_replication_factor=settings.topic_replication,
         topic_allow_declare=False,
         broker_commit_every=1000,
+        # Messages stay unacked until their partition's commit point; a rebalance must not wait for
+        # them (the partition's next owner redoes them from its checkpoint).
+        stream_wait_empty=False,
         datadir=str(datadir),
     )
     kinds = {settings.topic_xid: "xid", settings.topic_ecc: "ecc", settings.topic_jobs_by_node: "job"}
+    sources = sorted(kinds.values())
     jobs = app.topic(settings.topic_jobs, **_RAW)
     jobs_by_node = app.topic(settings.topic_jobs_by_node, **_RAW)
     inputs = app.topic(settings.topic_xid, settings.topic_ecc, settings.topic_jobs_by_node, **_RAW)
     incidents_topic = app.topic(settings.topic_incidents, **_RAW)
     dead_letter_topic = app.topic(settings.topic_dead_letters, **_RAW)
-    sink = ClickHouseSink(connect(settings), settings.database, settings.sink_batch_rows)
+    metrics = WorkerMetrics()
+
+    def flushed(stats: FlushStats) -> None:
+        metrics.sink_flush_seconds.observe(stats.seconds)
+        metrics.sink_rows.inc(stats.rows)
+
+    sink = ClickHouseSink(connect(settings), settings.database, settings.sink_batch_rows, on_flush=flushed)
+    checkpoints = CheckpointTopic(
+        settings.kafka_bootstrap, settings.topic_checkpoints, settings.worker_app_id
+    )
+    checkpoints_started = False
     policy = DeadLetterPolicy(
         settings.dead_letter_max_ratio,
         settings.dead_letter_min_records,
@@ -127,29 +181,35 @@ def build_app(settings: Settings) -> faust.App:
     )
     partitions: dict[int, PartitionWorker] = {}
     lock = asyncio.Lock()
+    batch_within = max(settings.worker_flush_seconds / 4, 0.05)
 
-    def partition_worker(number: int) -> PartitionWorker:
+    async def partition_state(number: int) -> PartitionWorker:
+        nonlocal checkpoints_started
         state = partitions.get(number)
-        if state is None:
-            state = partitions[number] = PartitionWorker(
-                number,
-                settings.allowed_lateness_seconds,
-                DetectionCore(settings.core_config()),
-                EventTimeMerger(
-                    sorted(kinds.values()), idle_after=settings.worker_idle_seconds, clock=time.monotonic
-                ),
-            )
+        if state is not None:
+            return state
+        if not checkpoints_started:
+            await checkpoints.start(settings.topic_partitions)
+            checkpoints_started = True
+        loaded = await checkpoints.load(number)
+        if loaded is None:
+            state = PartitionWorker.start(number, settings, sources, None)
+            _log.info("partition %d: no checkpoint, the detectors start afresh", number)
+        else:
+            checkpoint, size = loaded
+            state = PartitionWorker.start(number, settings, sources, checkpoint)
+            metrics.checkpoints_restored.inc()
+            _log.info(
+                "partition %d: detector state restored from its checkpoint (%d bytes, offsets %s)",
+                number, size, checkpoint.offsets,
+            )  # fmt: skip
+        partitions[number] = state
         return state
 
-    async def dead_letter(error: InvalidRecord, kind: str, partition: int) -> None:
-        sink.add(to_dead_letter(error, kind), partition)
+    async def dead_letter(error: InvalidRecord, kind: str, topic: str, batch: int) -> None:
+        sink.add(to_dead_letter(error, kind), batch)
         policy.bad(error.source, error.reason)
-        await dead_letter_topic.send(
-            key=error.source.encode(),
-            value=error.raw,
-            headers=[("reason", error.reason.encode()), ("source", error.source.encode()),
-                     ("location", error.location.encode())],
-        )  # fmt: skip
+        metrics.dead_letters.labels(topic, reason_class(error.reason)).inc()
         try:
             policy.check(error.source)
         except DeadLetterLimitExceeded as exc:
@@ -158,68 +218,208 @@ def build_app(settings: Settings) -> faust.App:
             await app.crash(exc)
             raise
 
-    async def flush(state: PartitionWorker) -> None:
-        try:
-            sink.flush(state.partition)
-        except SinkFlushError as exc:
-            _log.warning("partition %d: ClickHouse flush failed, will retry: %s", state.partition, exc)
-            return  # nothing acked: the offsets stay where the data is
-        for event in state.unacked:
-            event.ack()  # marks the offset safe to commit; Faust commits in offset order
-        state.unacked.clear()
-        for incident in state.incidents.values():
-            await incidents_topic.send(
-                key=incident.incident_id.encode(), value=orjson.dumps(incident.to_dict()), timestamp=None
-            )
+    async def send_dead_letter(error: InvalidRecord) -> Any:
+        return await dead_letter_topic.send(
+            key=error.source.encode(),
+            value=error.raw,
+            headers=[("reason", error.reason.encode()), ("source", error.source.encode()),
+                     ("location", error.location.encode())],
+        )  # fmt: skip
+
+    async def flush_sink(batch: int, still_ours: Any) -> bool:
+        """Flush one sink batch, retrying with backoff; False if the batch stopped being ours."""
+        backoff = 0.5
+        while True:
+            if not still_ours():
+                return False
+            try:
+                sink.flush(batch)
+                return True
+            except SinkFlushError as exc:
+                metrics.sink_flush_failures.inc()
+                _log.warning(
+                    "batch %d: ClickHouse flush failed, nothing is committed; retrying in %.1f s: %s",
+                    batch, backoff, exc,
+                )  # fmt: skip
+            if app.should_stop:
+                return False
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, _MAX_BACKOFF_S)
+
+    async def commit(state: PartitionWorker) -> None:
+        def still_ours() -> bool:
+            return partitions.get(state.partition) is state
+
+        if not await flush_sink(state.partition, still_ours):
+            return
+        deliveries = [
+            await incidents_topic.send(key=key.encode(), value=orjson.dumps(incident.to_dict()))
+            for key, incident in state.incidents.items()
+        ]
+        deliveries += [await send_dead_letter(error) for error in state.letters]
+        await asyncio.gather(*deliveries)
+        metrics.incidents_out.inc(len(state.incidents))
         state.incidents.clear()
-        state.last_flush = time.monotonic()
+        state.letters.clear()
+        if not still_ours():
+            return  # revoked while waiting: the new owner redoes this from the previous checkpoint
+        size = await checkpoints.save(state.checkpoint())
+        metrics.checkpoints_written.inc()
+        metrics.checkpoint_bytes.labels(str(state.partition)).set(size)
+        await ack(state.unacked)  # only now may Faust commit these offsets
+        state.unacked.clear()
+        state.last_commit = time.monotonic()
+        metrics.commits.inc()
+
+    detect_stream: Any = None
+
+    async def ack(events: list[Any]) -> None:
+        for event in events:
+            await detect_stream.ack(event)
+
+    def commit_due(state: PartitionWorker) -> bool:
+        return bool(state.unacked) and (
+            sink.should_flush(state.partition)
+            or time.monotonic() - state.last_commit >= settings.worker_flush_seconds
+        )
+
+    @app.on_partitions_revoked.connect
+    async def forget_revoked(_app: Any, revoked: set[Any], **_: Any) -> None:
+        # Faust seeks every partition it is (re)assigned to its committed offset, so a partition's
+        # in-memory progress past its checkpoint is redone, by whichever worker gets it.
+        for tp in revoked:
+            if tp.topic in kinds and partitions.pop(tp.partition, None) is not None:
+                sink.discard(tp.partition)
+
+    def crash_on_error(agent: Any) -> Any:
+        """Faust logs an agent's exception and carries on without it; a worker must stop instead."""
+
+        async def run(stream: faust.StreamT[bytes]) -> None:
+            try:
+                await agent(stream)
+            except DeadLetterLimitExceeded:
+                raise  # already crashed the app, with its own message
+            except Exception as exc:
+                _log.exception("stopping the worker: %s failed", agent.__name__)
+                await app.crash(exc)
+                raise
+
+        run.__name__ = agent.__name__
+        return run
 
     @app.agent(jobs)
+    @crash_on_error
     async def rekey_jobs(stream: faust.StreamT[bytes]) -> None:
-        async for event in stream.events():
-            message = event.message
-            source = f"{message.topic}/{message.partition}"
-            try:
-                job = decode("job", event.value, source, f"offset {message.offset}")
-            except InvalidRecord as error:
-                await dead_letter(error, "job", message.partition)
-                continue
-            for node in sorted(set(job.nodes)):
-                await jobs_by_node.send(key=node.encode(), value=event.value, timestamp=job.ts_ms / 1000)
-
-    @app.agent(inputs)
-    async def detect(stream: faust.StreamT[bytes]) -> None:
-        async for event in stream.noack().events():
-            message = event.message
-            kind = kinds[message.topic]
-            source = f"{message.topic}/{message.partition}"
-            async with lock:
-                state = partition_worker(message.partition)
+        async for events in stream.noack_take(settings.worker_batch_events, within=batch_within):
+            deliveries = []
+            for event in events:
+                message = event.message
+                source = f"{message.topic}/{message.partition}"
+                metrics.events_in.labels(message.topic).inc()
                 try:
-                    record = decode(kind, event.value, source, f"offset {message.offset}")
+                    job = decode("job", event.value, source, f"offset {message.offset}")
                 except InvalidRecord as error:
-                    await dead_letter(error, kind, message.partition)
-                    event.ack()
+                    await dead_letter(error, "job", message.topic, _REKEY_BATCH)
+                    deliveries.append(await send_dead_letter(error))
                     continue
                 policy.good(source)
-                state.merger.add(kind, record.ts_ms, (record, event))
-                state.process_released(sink)
-                if (
-                    sink.should_flush(state.partition)
-                    or time.monotonic() - state.last_flush >= settings.worker_flush_seconds
-                ):
-                    await flush(state)
-        # The stream ended (shutdown): unflushed work is not acked and is read again on restart.
+                at = job.ts_ms / 1000
+                for node in sorted(set(job.nodes)):
+                    sent = await jobs_by_node.send(key=node.encode(), value=event.value, timestamp=at)
+                    deliveries.append(sent)
+            await asyncio.gather(*deliveries)
+            if sink.pending_rows(_REKEY_BATCH):
+                async with lock:
+                    if not await flush_sink(_REKEY_BATCH, lambda: True):
+                        continue
+            for event in events:
+                await stream.ack(event)
+
+    @app.agent(inputs)
+    @crash_on_error
+    async def detect(stream: faust.StreamT[bytes]) -> None:
+        nonlocal detect_stream
+        detect_stream = stream
+        async for events in stream.noack_take(settings.worker_batch_events, within=batch_within):
+            async with lock:
+                assigned = app.consumer.assignment()
+                touched: dict[int, PartitionWorker] = {}
+                read: Counter[str] = Counter()
+                skipped: Counter[str] = Counter()
+                for event in events:
+                    message = event.message
+                    if message.tp not in assigned:
+                        continue  # read before a rebalance took it away; its new owner reads it again
+                    topic = message.topic
+                    read[topic] += 1
+                    state = await partition_state(message.partition)
+                    if message.offset <= state.applied.get(topic, -1):
+                        skipped[topic] += 1  # the restored checkpoint already holds its effect
+                        await ack([event])
+                        continue
+                    state.applied[topic] = message.offset
+                    state.unacked.append(event)
+                    touched[state.partition] = state
+                    kind = kinds[topic]
+                    source = f"{topic}/{message.partition}"
+                    try:
+                        record = decode(kind, event.value, source, f"offset {message.offset}")
+                    except InvalidRecord as error:
+                        await dead_letter(error, kind, topic, state.partition)
+                        state.letters.append(error)
+                        continue
+                    policy.good(source)
+                    state.merger.add(kind, record.ts_ms, record)
+                for topic, count in read.items():
+                    metrics.events_in.labels(topic).inc(count)
+                for topic, count in skipped.items():
+                    metrics.events_skipped.labels(topic).inc(count)
+                for state in touched.values():
+                    metrics.late_events.inc(state.process_released(sink, settings.allowed_lateness_seconds))
+                    if commit_due(state):
+                        await commit(state)
+        # The stream ended (shutdown): uncommitted work is not acked and is redone on restart.
 
     @app.timer(interval=max(settings.worker_flush_seconds / 2, 0.2))
     async def release_idle() -> None:
         async with lock:
-            for state in partitions.values():
-                state.process_released(sink)
-                if state.unacked and time.monotonic() - state.last_flush >= settings.worker_flush_seconds:
-                    await flush(state)
+            for state in list(partitions.values()):
+                metrics.late_events.inc(state.process_released(sink, settings.allowed_lateness_seconds))
+                if commit_due(state):
+                    await commit(state)
+            for number, state in partitions.items():
+                for topic in kinds:
+                    highwater = app.consumer.highwater(_tp(topic, number))
+                    if highwater is not None:
+                        lag = highwater - state.applied.get(topic, -1) - 1
+                        metrics.consumer_lag.labels(topic, str(number)).set(max(lag, 0))
+
+    @app.task
+    async def serve_metrics() -> None:
+        # Faust runs at -l warn (its INFO is chatty); the worker's own progress is worth INFO, on a
+        # handler of its own, added once Faust has set up its logging.
+        handler = logging.StreamHandler(sys.__stderr__)  # mode wraps sys.stderr into its own logger
+        handler.setFormatter(logging.Formatter("[%(asctime)s] [%(process)d] [%(levelname)s] %(message)s"))
+        ours = logging.getLogger("faultstream")
+        ours.addHandler(handler)
+        ours.setLevel(logging.INFO)
+        ours.propagate = False
+        if settings.metrics_port:
+            metrics.serve(settings.metrics_host, settings.metrics_port)
+            _log.info("metrics on http://%s:%d/metrics", settings.metrics_host, settings.metrics_port)
+
+    @app.on_before_shutdown.connect
+    async def stop_checkpoints(_app: Any, **_: Any) -> None:
+        if checkpoints_started:
+            await checkpoints.stop()
 
     return app
+
+
+def _tp(topic: str, partition: int) -> Any:
+    from faust.types import TP
+
+    return TP(topic, partition)
 
 
 def run_worker(settings: Settings) -> None:

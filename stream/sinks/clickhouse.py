@@ -267,6 +267,10 @@ class ClickHouseSink:
             return batch.size() if batch else 0
         return sum(batch.size() for batch in self._batches.values())
 
+    def discard(self, partition: int) -> None:
+        """Forget a partition's batch unwritten (the partition moved to another worker, which redoes it)."""
+        self._batches.pop(partition, None)
+
     def should_flush(self, partition: int = 0) -> bool:
         """True when the partition's batch is full."""
         return self.pending_rows(partition) >= self.batch_rows

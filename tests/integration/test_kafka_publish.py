@@ -59,8 +59,8 @@ async def incident_topic_policy(bootstrap: str, topic: str) -> str:
 def test_init_kafka_creates_the_topics_once_with_their_configs(bootstrap, topics_env):
     first = faultstream(topics_env, "init-kafka")
     again = faultstream(topics_env, "init-kafka")
-    assert first.count(": created") == 6
-    assert again.count(": exists") == 6
+    assert first.count(": created") == 7
+    assert again.count(": exists") == 7
     policy = asyncio.run(incident_topic_policy(bootstrap, topics_env["FAULTSTREAM_TOPIC_INCIDENTS"]))
     assert policy == "compact,delete"
 

@@ -233,7 +233,7 @@ async def consume(
         await consumer.stop()
 
 
-TOPIC_SETTINGS = ("XID", "ECC", "JOBS", "JOBS_BY_NODE", "INCIDENTS", "DEAD_LETTERS")
+TOPIC_SETTINGS = ("XID", "ECC", "JOBS", "JOBS_BY_NODE", "INCIDENTS", "DEAD_LETTERS", "CHECKPOINTS")
 
 
 def deployment_env(bootstrap: str, prefix: str, partitions: int, **extra: str) -> dict[str, str]:
