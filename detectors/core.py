@@ -651,7 +651,7 @@ class DetectionCore:
         window_start = close_ms - window_ms
         begin = max(run.start_ms, window_start)
         if begin < close_ms:
-            self._emitted.mttf.append(self._partial(run, index, window_start, close_ms - begin, close_ms * 2))
+            self._emitted.mttf.append(self._partial(run, index, window_start, close_ms - begin, close_ms * 4))
         run.covered_ms[index] = close_ms
 
     def _emit_exposure(
@@ -671,7 +671,10 @@ class DetectionCore:
                         index,
                         window_start,
                         overlap_ms,
-                        end_ms * 2 + int(final),
+                        # Later coverage wins; at the end, a final row wins over a running one
+                        # and a hardware verdict over none (a job spanning partitions is
+                        # judged by each with its own nodes' evidence).
+                        end_ms * 4 + 2 * int(final) + int(ended and failure),
                         ended=ended,
                         failed=ended and state in _FAILURE_STATES,
                         failure=ended and failure,

@@ -172,8 +172,11 @@ ORDER BY incident_id""",
     evidence_xids Array(UInt16),
     evidence_kinds Array(LowCardinality(String)),
     incident_id String,
-    gpu_hours Float64
-) ENGINE = ReplacingMergeTree
+    gpu_hours Float64,
+    -- A job spanning several partitions is judged by each with its own nodes' evidence: a
+    -- hardware verdict replaces a no-evidence one, whatever order they were written in.
+    verdict UInt8 MATERIALIZED toUInt8(hardware)
+) ENGINE = ReplacingMergeTree(verdict)
 ORDER BY (cluster, job_id, start)""",
         f"""CREATE TABLE IF NOT EXISTS {db}.mttf_partials (
     window_seconds UInt32,

@@ -4,7 +4,9 @@ A worker reads the XID, ECC and job partitions of the same nodes concurrently; K
 partition, not the three together. The detection core wants event-time order, so items are held
 until every source has moved past them: the *low watermark* is the smallest newest-event-time
 over the sources. A source that has said nothing for ``idle_after`` seconds of wall time (a quiet
-topic, or the end of a replay) stops holding the others back until it speaks again.
+topic, or the end of a replay) stops holding the others back until it speaks again, provided
+``drained(source)`` says nothing of it is waiting to be read: a source that is merely behind (the
+reader was paused, a fetch is slow) is not idle, however long it has been silent.
 
 Ties are released by (event time, source name, arrival order): deterministic whatever the
 interleaving of the partitions was.
@@ -49,6 +51,7 @@ class EventTimeMerger(Generic[T]):
     sources: list[str]
     idle_after: float = 2.0
     clock: Callable[[], float] = field(default=lambda: 0.0)
+    drained: Callable[[str], bool] = field(default=lambda source: True)
     _heap: list[tuple[int, str, int, T]] = field(default_factory=list)
     _state: dict[str, _Source] = field(default_factory=dict)
     _arrivals: Iterator[int] = field(default_factory=itertools.count)
@@ -67,10 +70,17 @@ class EventTimeMerger(Generic[T]):
     def low_watermark(self) -> int | None:
         """Event time up to which every active source has delivered (None: nothing to release)."""
         now = self.clock()
-        active = [s.newest_ms for s in self._state.values() if now - s.last_seen < self.idle_after]
+        active = [
+            state.newest_ms
+            for name, state in self._state.items()
+            if now - state.last_seen < self.idle_after or not self.drained(name)
+        ]
         if not active:
             return self._heap[0][0] + 2**62 if self._heap else None  # all idle: release everything
         return min(active)
+
+    def __len__(self) -> int:
+        return len(self._heap)
 
     def held(self) -> list[tuple[str, int, T]]:
         """The items not yet released, as (source, event time, item) in release order.

@@ -4,7 +4,9 @@
 topic                  key        config and why
 =====================  =========  ===============================================================
 xid, ecc               node       delete, 7 days: raw inputs, replayable from files for longer
-jobs                   job id     delete, 7 days: as above
+jobs                   job id     delete, 7 days, ONE partition: job changes are few (thousands a
+                                  day) and one partition keeps them in event-time order, so the
+                                  re-keyed copies reach each node partition in that order too
 jobs-by-node           node       delete, 7 days: internal, the jobs re-keyed to their nodes so
                                   a job's end meets its nodes' evidence in one partition
 incidents              incident   compact + delete (30 days): every update of an incident carries
@@ -53,7 +55,7 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
     return [
         TopicSpec(settings.topic_xid, partitions, replication, raw),
         TopicSpec(settings.topic_ecc, partitions, replication, raw),
-        TopicSpec(settings.topic_jobs, partitions, replication, raw),
+        TopicSpec(settings.topic_jobs, 1, replication, raw),
         TopicSpec(settings.topic_jobs_by_node, partitions, replication, raw),
         TopicSpec(
             settings.topic_incidents,

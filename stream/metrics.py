@@ -6,6 +6,9 @@ several in one process.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 __all__ = ["WorkerMetrics"]
@@ -66,9 +69,32 @@ class WorkerMetrics:
             ["topic", "partition"],
             registry=registry,
         )
+        self.uncommitted = Gauge(
+            "faultstream_uncommitted",
+            "Messages of an input partition read but not committed yet, +1 while records released "
+            "from the merge wait for the commit point.",
+            ["partition"],
+            registry=registry,
+        )
+        self.held_back = Gauge(
+            "faultstream_merge_held_records",
+            "Records the event-time merge of a partition holds until its other sources catch up.",
+            ["partition"],
+            registry=registry,
+        )
         self.commits = Counter(
             "faultstream_commits", "Commit points (flush, publish, checkpoint, ack).", registry=registry
         )
+
+    def forget_partition(self, partition: int, topics: Iterable[str]) -> None:
+        """Drop the per-partition series of a partition this worker no longer owns."""
+        label = str(partition)
+        for gauge in (self.uncommitted, self.held_back, self.checkpoint_bytes):
+            with contextlib.suppress(KeyError):
+                gauge.remove(label)
+        for topic in topics:
+            with contextlib.suppress(KeyError):
+                self.consumer_lag.remove(topic, label)
 
     def serve(self, host: str, port: int) -> None:
         """Serve ``/metrics`` from a background thread."""

@@ -36,6 +36,7 @@ import logging
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,15 +98,24 @@ class PartitionWorker:
     unacked: list[Any] = field(default_factory=list)
     incidents: dict[str, Incident] = field(default_factory=dict)
     letters: list[InvalidRecord] = field(default_factory=list)
+    #: Records went through the core since the last commit point (released from the merge at
+    #: idle time, their messages may all be acked already: the checkpoint held them).
+    changed: bool = False
     last_commit: float = field(default_factory=time.monotonic)
 
     @classmethod
     def start(
-        cls, partition: int, settings: Settings, sources: list[str], checkpoint: PartitionCheckpoint | None
+        cls,
+        partition: int,
+        settings: Settings,
+        sources: list[str],
+        checkpoint: PartitionCheckpoint | None,
+        drained: Callable[[str], bool],
     ) -> PartitionWorker:
-        """A fresh partition, or one continuing from ``checkpoint``."""
+        """A fresh partition, or one continuing from ``checkpoint``; ``drained(source)`` tells the
+        merge whether anything of that source is still waiting to be read."""
         merger: EventTimeMerger[Record] = EventTimeMerger(
-            sources, idle_after=settings.worker_idle_seconds, clock=time.monotonic
+            sources, idle_after=settings.worker_idle_seconds, clock=time.monotonic, drained=drained
         )
         if checkpoint is None:
             return cls(partition, DetectionCore(settings.core_config()), merger)
@@ -121,6 +131,7 @@ class PartitionWorker:
         """Run every record the merge releases through the core into the batch; return the late ones."""
         late = 0
         for record in self.merger.release():
+            self.changed = True
             if self.core.process(record):
                 if not isinstance(record, EccSample):
                     sink.add(record, self.partition)
@@ -192,12 +203,16 @@ def build_app(settings: Settings) -> faust.App:
             await checkpoints.start(settings.topic_partitions)
             checkpoints_started = True
         loaded = await checkpoints.load(number)
+
+        def drained(source: str) -> bool:
+            return source_drained(number, source)
+
         if loaded is None:
-            state = PartitionWorker.start(number, settings, sources, None)
+            state = PartitionWorker.start(number, settings, sources, None, drained)
             _log.info("partition %d: no checkpoint, the detectors start afresh", number)
         else:
             checkpoint, size = loaded
-            state = PartitionWorker.start(number, settings, sources, checkpoint)
+            state = PartitionWorker.start(number, settings, sources, checkpoint, drained)
             metrics.checkpoints_restored.inc()
             _log.info(
                 "partition %d: detector state restored from its checkpoint (%d bytes, offsets %s)",
@@ -205,6 +220,27 @@ def build_app(settings: Settings) -> faust.App:
             )  # fmt: skip
         partitions[number] = state
         return state
+
+    topic_of = {kind: topic for topic, kind in kinds.items()}
+    rekeyed: dict[int, int] = {}  # jobs partition -> last offset whose re-keyed copies were delivered
+
+    def caught_up(topic: str, partition: int, last_offset: int) -> bool:
+        highwater = app.consumer.highwater(_tp(topic, partition))
+        return highwater is None or last_offset + 1 >= highwater
+
+    def source_drained(partition: int, source: str) -> bool:
+        """Whether the merge may treat a silent source as idle: nothing of it is left to read."""
+        state = partitions.get(partition)
+        if state is None:
+            return True
+        topic = topic_of[source]
+        if not caught_up(topic, partition, state.applied.get(topic, -1)):
+            return False
+        if source == "job":  # its input is the re-keying of the jobs topic, in this worker at least
+            jobs = settings.topic_jobs
+            mine = [tp.partition for tp in app.consumer.assignment() if tp.topic == jobs]
+            return all(caught_up(jobs, q, rekeyed.get(q, -1)) for q in mine)
+        return True
 
     async def dead_letter(error: InvalidRecord, kind: str, topic: str, batch: int) -> None:
         sink.add(to_dead_letter(error, kind), batch)
@@ -268,6 +304,7 @@ def build_app(settings: Settings) -> faust.App:
         metrics.checkpoint_bytes.labels(str(state.partition)).set(size)
         await ack(state.unacked)  # only now may Faust commit these offsets
         state.unacked.clear()
+        state.changed = False
         state.last_commit = time.monotonic()
         metrics.commits.inc()
 
@@ -278,7 +315,7 @@ def build_app(settings: Settings) -> faust.App:
             await detect_stream.ack(event)
 
     def commit_due(state: PartitionWorker) -> bool:
-        return bool(state.unacked) and (
+        return (bool(state.unacked) or state.changed) and (
             sink.should_flush(state.partition)
             or time.monotonic() - state.last_commit >= settings.worker_flush_seconds
         )
@@ -290,6 +327,7 @@ def build_app(settings: Settings) -> faust.App:
         for tp in revoked:
             if tp.topic in kinds and partitions.pop(tp.partition, None) is not None:
                 sink.discard(tp.partition)
+                metrics.forget_partition(tp.partition, kinds)
 
     def crash_on_error(agent: Any) -> Any:
         """Faust logs an agent's exception and carries on without it; a worker must stop instead."""
@@ -333,6 +371,8 @@ def build_app(settings: Settings) -> faust.App:
                     if not await flush_sink(_REKEY_BATCH, lambda: True):
                         continue
             for event in events:
+                message = event.message
+                rekeyed[message.partition] = max(message.offset, rekeyed.get(message.partition, -1))
                 await stream.ack(event)
 
     @app.agent(inputs)
@@ -346,10 +386,13 @@ def build_app(settings: Settings) -> faust.App:
                 touched: dict[int, PartitionWorker] = {}
                 read: Counter[str] = Counter()
                 skipped: Counter[str] = Counter()
+                generation = app.consumer_generation_id
                 for event in events:
                     message = event.message
-                    if message.tp not in assigned:
-                        continue  # read before a rebalance took it away; its new owner reads it again
+                    if message.generation_id != generation or message.tp not in assigned:
+                        # Fetched before a rebalance: whoever owns the partition now reads it again
+                        # from the committed offset.
+                        continue
                     topic = message.topic
                     read[topic] += 1
                     state = await partition_state(message.partition)
@@ -388,6 +431,8 @@ def build_app(settings: Settings) -> faust.App:
                 if commit_due(state):
                     await commit(state)
             for number, state in partitions.items():
+                metrics.uncommitted.labels(str(number)).set(len(state.unacked) + int(state.changed))
+                metrics.held_back.labels(str(number)).set(len(state.merger))
                 for topic in kinds:
                     highwater = app.consumer.highwater(_tp(topic, number))
                     if highwater is not None:

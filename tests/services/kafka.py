@@ -243,6 +243,7 @@ def deployment_env(bootstrap: str, prefix: str, partitions: int, **extra: str) -
         "FAULTSTREAM_KAFKA_BOOTSTRAP": bootstrap,
         "FAULTSTREAM_TOPIC_PARTITIONS": str(partitions),
         "FAULTSTREAM_WORKER_APP_ID": prefix,
+        "FAULTSTREAM_METRICS_PORT": "0",  # tests that read metrics pick a free port
         **{f"FAULTSTREAM_TOPIC_{name}": f"{prefix}.{name.lower()}" for name in TOPIC_SETTINGS},
     }
     env.update(extra)

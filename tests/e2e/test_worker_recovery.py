@@ -1,0 +1,165 @@
+"""Crash safety of the worker on the real broker: kill -9, a ClickHouse outage, two workers in a group.
+
+Each test compares what the workers wrote with a reference run of the same example logs: the
+embedded replay for one partition, one worker for two. "Equal" means the same incident ids with the
+same versions and states, the same attributions and the same MTTF partial rows.
+
+What at-least-once allows, and the tests hold to: after a kill -9 the restarted worker redoes the
+work since its partition's last checkpoint (at most ``worker_flush_seconds`` of input), so an
+incident update can reach the incidents topic twice with the same id and version; consumers keep
+the highest version per id, and ClickHouse's ReplacingMergeTree keeps one row per id.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.services import kafka
+from tests.services.worker import (
+    FLAKY_SINK_WORKER,
+    Worker,
+    assert_same_results,
+    cli,
+    incident_messages,
+    input_topics,
+    progress,
+    query,
+    results,
+    wait_until_caught_up,
+)
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+LOGS = ROOT / "examples" / "sim-48x14" / "logs"
+
+
+def deployment(
+    bootstrap: str, tmp_path: Path, partitions: int, name: str, *, publish: bool = True
+) -> dict[str, str]:
+    prefix = f"{name}{uuid.uuid4().hex[:8]}"
+    env = kafka.deployment_env(bootstrap, prefix, partitions, FAULTSTREAM_DATA_DIR=str(tmp_path / prefix))
+    cli(env, "init-kafka")
+    if publish:
+        publish_logs(env)
+    return env
+
+
+def publish_logs(env: dict[str, str]) -> None:
+    cli(env, "replay", str(LOGS), "--to", f"kafka://{env['FAULTSTREAM_KAFKA_BOOTSTRAP']}", "--no-progress")
+
+
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, list[dict]], str]:
+    store = tmp_path_factory.mktemp("embedded") / "store"
+    cli({}, "replay", str(LOGS), "--clickhouse", f"chdb://{store}", "--no-progress")
+    [last] = query(store, "SELECT toString(toStartOfHour(max(ts))) AS t FROM faultstream.xid_events")
+    return results([store], last["t"]), last["t"]
+
+
+def test_kill_9_mid_stream_then_restart_loses_nothing_and_duplicates_little(
+    bootstrap: str, tmp_path: Path, embedded
+) -> None:
+    expected, before = embedded
+    env = deployment(bootstrap, tmp_path, 1, "k")
+    ecc = env["FAULTSTREAM_TOPIC_ECC"]
+    first = Worker(env, tmp_path / "store-1", tmp_path / "worker-1.log")
+    deadline = time.monotonic() + 180
+    while True:  # kill it once it has committed a third of the ECC samples, long before the end
+        committed, end = progress(env)[ecc]
+        if committed >= end / 3:
+            break
+        first.assert_alive()
+        assert time.monotonic() < deadline, "the first worker committed nothing in 180 s"
+        time.sleep(0.2)
+    first.kill()
+    at_kill = progress(env)
+    assert at_kill[ecc][0] < at_kill[ecc][1], "the worker finished before the kill: nothing was tested"
+    sent_before = len(incident_messages(env))
+
+    second = Worker(env, tmp_path / "store-2", tmp_path / "worker-2.log")
+    try:
+        wait_until_caught_up(env, [second])
+        assert second.metric("faultstream_checkpoints_restored_total") == 1
+    finally:
+        second.stop()
+    assert "detector state restored from its checkpoint" in second.log()
+
+    # ClickHouse: both workers' rows together are exactly the reference (the first's are not lost).
+    assert_same_results(results([first.store, second.store], before), expected)
+    # The incidents topic: every incident's newest version is there ...
+    messages = incident_messages(env)
+    newest: dict[str, int] = {}
+    for incident_id, version in messages:
+        newest[incident_id] = max(version, newest.get(incident_id, 0))
+    assert newest == {row["incident_id"]: row["version"] for row in expected["incidents"]}
+    # ... and the restart re-sent only what followed the last checkpoint, not all it had sent.
+    repeated = sum(count - 1 for count in Counter(messages).values())
+    assert repeated < max(sent_before / 4, 5), f"{repeated} of {len(messages)} incident updates sent twice"
+    kafka.delete_deployment_topics(env)
+
+
+def test_a_clickhouse_outage_pauses_the_worker_and_loses_nothing(
+    bootstrap: str, tmp_path: Path, embedded
+) -> None:
+    expected, before = embedded
+    env = deployment(bootstrap, tmp_path, 1, "o")
+    outage = tmp_path / "clickhouse-is-down"
+    outage.touch()
+    env["FAULTSTREAM_TEST_OUTAGE_FILE"] = str(outage)
+    worker = Worker(env, tmp_path / "store", tmp_path / "worker.log", entry=FLAKY_SINK_WORKER)
+    try:
+        deadline = time.monotonic() + 120
+        while worker.metric("faultstream_sink_flush_failures_total", before_start=0) < 3:
+            worker.assert_alive()
+            assert time.monotonic() < deadline, "no ClickHouse flush was attempted in 120 s"
+            time.sleep(0.5)
+        during = progress(env)
+        detected = [during[topic][0] for topic in input_topics(env) if topic != env["FAULTSTREAM_TOPIC_JOBS"]]
+        assert detected == [0, 0, 0], f"offsets committed while ClickHouse was down: {during}"
+        assert worker.metric("faultstream_commits_total") == 0
+        assert "ClickHouse flush failed, nothing is committed" in worker.log()
+        outage.unlink()
+        wait_until_caught_up(env, [worker])
+    finally:
+        worker.stop()
+    assert_same_results(results([worker.store], before), expected)
+    kafka.delete_deployment_topics(env)
+
+
+def test_two_workers_in_one_group_split_the_partitions_and_match_one_worker(
+    bootstrap: str, tmp_path: Path
+) -> None:
+    alone = deployment(bootstrap, tmp_path, 2, "a")
+    worker = Worker(alone, tmp_path / "alone", tmp_path / "alone.log")
+    try:
+        wait_until_caught_up(alone, [worker])
+    finally:
+        worker.stop()
+
+    pair = deployment(bootstrap, tmp_path, 2, "p", publish=False)
+    workers = [Worker(pair, tmp_path / name, tmp_path / f"{name}.log") for name in ("first", "second")]
+    try:
+        deadline = time.monotonic() + 120
+        while not all(member.metric("faultstream_commits_total", before_start=-1) == 0 for member in workers):
+            assert time.monotonic() < deadline, "the two workers did not both start in 120 s"
+            time.sleep(0.5)
+        time.sleep(5)  # both have joined the group: the history arrives at two members
+        publish_logs(pair)
+        wait_until_caught_up(pair, workers)
+    finally:
+        for member in workers:
+            member.stop()
+    for member in workers:  # each ended up owning one of the two partitions and wrote its events
+        assert query(member.store, "SELECT count() AS n FROM faultstream.xid_events")[0]["n"] > 0
+    [last] = query(worker.store, "SELECT toString(toStartOfHour(max(ts))) AS t FROM faultstream.xid_events")
+    reference = results([worker.store], last["t"])
+    assert len(reference["incidents"]) > 10
+    assert_same_results(results([member.store for member in workers], last["t"]), reference)
+    kafka.delete_deployment_topics(alone)
+    kafka.delete_deployment_topics(pair)

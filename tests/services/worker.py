@@ -1,0 +1,231 @@
+"""Running `faultstream worker` processes against the test broker, and reading what they wrote.
+
+Each worker writes its own embedded ClickHouse store (chdb allows one process per store path), so
+tests read stores through `faultstream query` subprocesses and merge the stores of several workers
+the way ReplacingMergeTree would: the highest version of each key wins.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+ROOT = Path(__file__).resolve().parents[2]
+FLAKY_SINK_WORKER = Path(__file__).with_name("flaky_sink_worker.py")
+
+
+def cli(env: dict[str, str], *args: str) -> str:
+    """Run the faultstream command line; its stdout (the test fails with stderr on a non-zero exit)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "stream.cli", *args],
+        capture_output=True, text=True, timeout=300, check=False, env={**os.environ, **env}, cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode == 0, f"faultstream {' '.join(args)}:\n{result.stderr[-3000:]}"
+    return result.stdout
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class Worker:
+    """One `faultstream worker` process with its own store, log file and metrics port."""
+
+    def __init__(self, env: dict[str, str], store: Path, log: Path, *, entry: Path | None = None) -> None:
+        self.store = store
+        self.log_path = log
+        self.metrics_port = free_port()
+        command = [str(entry)] if entry else ["-m", "stream.cli"]
+        self._log = log.open("w")
+        self.process = subprocess.Popen(
+            [sys.executable, *command, "worker", "--clickhouse", f"chdb://{store}"],
+            env={**os.environ, **env, "FAULTSTREAM_METRICS_PORT": str(self.metrics_port)},
+            stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT,
+        )  # fmt: skip
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def assert_alive(self) -> None:
+        assert self.process.poll() is None, f"the worker exited early:\n{self.log()[-3000:]}"
+
+    def metrics_text(self) -> str:
+        """The worker's /metrics page (its faultstream_ lines), or why it could not be read."""
+        try:
+            url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+            with urllib.request.urlopen(url, timeout=5) as response:
+                lines = response.read().decode().splitlines()
+        except OSError as exc:
+            return f"(metrics unavailable: {exc})"
+        return "\n".join(line for line in lines if line.startswith("faultstream_") and "_created" not in line)
+
+    def metric(self, name: str, *, before_start: float | None = None) -> float:
+        """Sum of a metric's samples on the worker's /metrics endpoint; ``before_start`` while the
+        endpoint is not up yet (otherwise that is an error)."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                text = response.read().decode()
+        except urllib.error.URLError:
+            if before_start is None:
+                raise
+            return before_start
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith(name) and (line[len(name)] in " {")
+        )
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL if it does not end within a minute."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+
+    def kill(self) -> None:
+        """kill -9: no shutdown, no last commit."""
+        self.process.kill()
+        self.process.wait()
+        self._log.close()
+
+
+def input_topics(env: dict[str, str]) -> list[str]:
+    return [env[f"FAULTSTREAM_TOPIC_{name}"] for name in ("XID", "ECC", "JOBS", "JOBS_BY_NODE")]
+
+
+async def _progress(bootstrap: str, group: str, topics: list[str]) -> dict[str, tuple[int, int]]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        cluster = await consumer._client.fetch_all_metadata()
+        tps = [TopicPartition(t, p) for t in topics for p in sorted(cluster.partitions_for_topic(t) or ())]
+        ends = await consumer.end_offsets(tps)
+        done: dict[str, tuple[int, int]] = {}
+        for tp in tps:
+            committed = (await consumer.committed(tp)) or 0
+            before = done.get(tp.topic, (0, 0))
+            done[tp.topic] = (before[0] + committed, before[1] + ends[tp])
+        return done
+    finally:
+        await consumer.stop()
+
+
+def progress(env: dict[str, str]) -> dict[str, tuple[int, int]]:
+    """Per input topic: (offsets the group committed, end offsets), summed over partitions."""
+    return asyncio.run(
+        _progress(
+            env["FAULTSTREAM_KAFKA_BOOTSTRAP"],
+            env["FAULTSTREAM_WORKER_APP_ID"],
+            input_topics(env),
+        )
+    )
+
+
+def wait_until_caught_up(env: dict[str, str], workers: list[Worker], timeout: float = 240) -> None:
+    """Until the group has committed every input partition to its end (jobs-by-node included) and
+    no worker holds records back or has work short of a commit point (the merge releases the
+    newest records once the sources are idle, and they are committed after that)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        done = progress(env)
+        if all(committed >= end for committed, end in done.values()) and done[input_topics(env)[3]][1]:
+            pending = [
+                worker.metric(name, before_start=1)
+                for worker in workers
+                for name in ("faultstream_merge_held_records", "faultstream_uncommitted")
+            ]
+            if not any(pending):
+                return
+        for worker in workers:
+            worker.assert_alive()
+        if time.monotonic() > deadline:
+            for worker in workers:  # mode's workers log every task's stack on SIGUSR1
+                worker.process.send_signal(signal.SIGUSR1)
+            time.sleep(2)
+            pages = "\n\n".join(f"{worker.metrics_text()}\n{worker.log_path}" for worker in workers)
+            raise AssertionError(f"the workers did not commit all input in {timeout:.0f} s: {done}\n{pages}")
+        time.sleep(1)
+
+
+def query(store: Path, sql: str) -> list[dict]:
+    out = cli({}, "query", sql, "--clickhouse", f"chdb://{store}")
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def newest(rows: list[dict], key: tuple[str, ...]) -> list[dict]:
+    """Rows of several stores merged as ReplacingMergeTree(version) does: the highest version per key."""
+    best: dict[tuple, dict] = {}
+    for row in rows:
+        k = tuple(row[name] for name in key)
+        if k not in best or row.get("version", 0) >= best[k].get("version", 0):
+            best[k] = row
+    return [best[k] for k in sorted(best)]
+
+
+def results(stores: list[Path], before: str) -> dict[str, list[dict]]:
+    """Incidents, attributions and the MTTF partial rows of windows ending by `before`, merged over stores."""
+    incidents, attributions, partials = [], [], []
+    for store in stores:
+        incidents += query(
+            store, "SELECT incident_id, version, status, kind, node, gpu FROM faultstream.incidents FINAL"
+        )
+        attributions += query(
+            store,
+            "SELECT job_id, start, hardware, verdict AS version FROM faultstream.job_attributions FINAL",
+        )
+        partials += query(
+            store,
+            "SELECT window_seconds, window_start, job_id, run_start, version, size_bucket, "
+            "round(node_hours, 6) AS nh, failures, jobs_ended FROM faultstream.mttf_partials FINAL "
+            f"WHERE window_start + toIntervalSecond(window_seconds) <= toDateTime64('{before}', 3, 'UTC')",
+        )
+    return {
+        "incidents": newest(incidents, ("incident_id",)),
+        "attributions": newest(attributions, ("job_id", "start")),
+        "mttf": newest(partials, ("window_seconds", "window_start", "job_id", "run_start")),
+    }
+
+
+def incident_messages(env: dict[str, str]) -> list[tuple[str, int]]:
+    """(incident id, version) of every message on the incidents topic, in no particular order."""
+    from tests.services.kafka import consume
+
+    partitions = int(env["FAULTSTREAM_TOPIC_PARTITIONS"])
+    messages, ends = asyncio.run(
+        consume(env["FAULTSTREAM_KAFKA_BOOTSTRAP"], env["FAULTSTREAM_TOPIC_INCIDENTS"], partitions, 10**9,
+                timeout=15, give_up=lambda: False)
+    )  # fmt: skip
+    out = [(m.key.decode(), json.loads(m.value)["version"]) for m in messages]
+    assert len(out) == sum(ends.values()), "the incidents topic was not read to its end"
+    return out
+
+
+def assert_same_results(got: dict[str, list[dict]], expected: dict[str, list[dict]]) -> None:
+    """Equal result tables, or an error naming the rows only one side has (a few per table)."""
+    problems = []
+    for table in expected:
+        want = {json.dumps(row, sort_keys=True) for row in expected[table]}
+        have = {json.dumps(row, sort_keys=True) for row in got[table]}
+        if want != have:
+            missing, extra = sorted(want - have)[:5], sorted(have - want)[:5]
+            problems.append(f"{table}: {len(want - have)} rows missing, {len(have - want)} unexpected")
+            problems += [f"  missing {row}" for row in missing] + [f"  unexpected {row}" for row in extra]
+    assert not problems, "\n".join(problems)
