@@ -98,7 +98,9 @@ class Settings:
         "Internal compacted topic of the workers' detector-state checkpoints, one per input partition.",
     )
     topic_partitions: int = setting(
-        8, "Partitions of the input topics (the most workers that can share the load)."
+        8,
+        "Partitions of the xid, ecc, jobs-by-node, incident and checkpoint topics (the most workers "
+        "that can share the load); the jobs topic has one.",
     )
     topic_replication: int = setting(1, "Replication factor of the topics faultstream creates.")
     worker_app_id: str = setting("faultstream", "Faust application id: the consumer group of the workers.")
@@ -107,11 +109,10 @@ class Settings:
         "Worker commit interval: flush ClickHouse, publish incidents, write the state checkpoint and "
         "commit offsets at least this often (and whenever a batch holds `sink_batch_rows`).",
     )
-    worker_batch_events: int = setting(
-        1000, "Worker: messages taken from Kafka and processed together (the most per step)."
-    )
     worker_idle_seconds: float = setting(
-        2.0, "Worker: an input partition silent this long no longer holds back the event-time merge."
+        2.0,
+        "Worker: an input partition silent this long, with nothing left to read, no longer holds back "
+        "the event-time merge.",
     )
     metrics_port: int = setting(
         9464, "Worker: port of the Prometheus metrics endpoint (`/metrics`); 0 turns it off."

@@ -35,7 +35,6 @@ import asyncio
 import logging
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -192,7 +191,6 @@ def build_app(settings: Settings) -> faust.App:
     )
     partitions: dict[int, PartitionWorker] = {}
     lock = asyncio.Lock()
-    batch_within = max(settings.worker_flush_seconds / 4, 0.05)
 
     async def partition_state(number: int) -> PartitionWorker:
         nonlocal checkpoints_started
@@ -238,8 +236,16 @@ def build_app(settings: Settings) -> faust.App:
             return False
         if source == "job":  # its input is the re-keying of the jobs topic, in this worker at least
             jobs = settings.topic_jobs
-            mine = [tp.partition for tp in app.consumer.assignment() if tp.topic == jobs]
-            return all(caught_up(jobs, q, rekeyed.get(q, -1)) for q in mine)
+            # Faust keeps no public read position; its record of the committed offset covers a
+            # restart whose jobs were all re-keyed before (nothing is read, nothing is re-keyed).
+            committed = getattr(app.consumer, "_committed_offset", {})
+            mine = [tp for tp in app.consumer.assignment() if tp.topic == jobs]
+            return all(
+                caught_up(
+                    jobs, tp.partition, max(rekeyed.get(tp.partition, -1), (committed.get(tp) or 0) - 1)
+                )
+                for tp in mine
+            )
         return True
 
     async def dead_letter(error: InvalidRecord, kind: str, topic: str, batch: int) -> None:
@@ -348,79 +354,75 @@ def build_app(settings: Settings) -> faust.App:
     @app.agent(jobs)
     @crash_on_error
     async def rekey_jobs(stream: faust.StreamT[bytes]) -> None:
-        async for events in stream.noack_take(settings.worker_batch_events, within=batch_within):
-            deliveries = []
-            for event in events:
-                message = event.message
-                source = f"{message.topic}/{message.partition}"
-                metrics.events_in.labels(message.topic).inc()
-                try:
-                    job = decode("job", event.value, source, f"offset {message.offset}")
-                except InvalidRecord as error:
-                    await dead_letter(error, "job", message.topic, _REKEY_BATCH)
-                    deliveries.append(await send_dead_letter(error))
-                    continue
-                policy.good(source)
-                at = job.ts_ms / 1000
-                for node in sorted(set(job.nodes)):
-                    sent = await jobs_by_node.send(key=node.encode(), value=event.value, timestamp=at)
-                    deliveries.append(sent)
-            await asyncio.gather(*deliveries)
-            if sink.pending_rows(_REKEY_BATCH):
+        # One message at a time: Faust's take()/take_events() buffers stalled a rebalance in tests.
+        jobs_stream = stream.noack()
+        async for event in jobs_stream.events():
+            message = event.message
+            source = f"{message.topic}/{message.partition}"
+            metrics.events_in.labels(message.topic).inc()
+            try:
+                job = decode("job", event.value, source, f"offset {message.offset}")
+            except InvalidRecord as error:
+                await dead_letter(error, "job", message.topic, _REKEY_BATCH)
+                await (await send_dead_letter(error))
                 async with lock:
                     if not await flush_sink(_REKEY_BATCH, lambda: True):
                         continue
-            for event in events:
-                message = event.message
-                rekeyed[message.partition] = max(message.offset, rekeyed.get(message.partition, -1))
-                await stream.ack(event)
+            else:
+                policy.good(source)
+                at = job.ts_ms / 1000
+                copies = [
+                    await jobs_by_node.send(key=node.encode(), value=event.value, timestamp=at)
+                    for node in sorted(set(job.nodes))
+                ]
+                await asyncio.gather(*copies)  # delivered before the job message may be committed
+            rekeyed[message.partition] = max(message.offset, rekeyed.get(message.partition, -1))
+            await jobs_stream.ack(event)
+
+    async def handle(events: list[Any]) -> None:
+        """Apply input messages to their partitions' state; commit the partitions that are due."""
+        assigned = app.consumer.assignment()
+        touched: dict[int, PartitionWorker] = {}
+        generation = app.consumer_generation_id
+        for event in events:
+            message = event.message
+            if message.generation_id != generation or message.tp not in assigned:
+                # Fetched before a rebalance: whoever owns the partition now reads it again
+                # from the committed offset.
+                continue
+            topic = message.topic
+            metrics.events_in.labels(topic).inc()
+            state = await partition_state(message.partition)
+            if message.offset <= state.applied.get(topic, -1):
+                metrics.events_skipped.labels(topic).inc()  # the restored checkpoint holds it
+                await ack([event])
+                continue
+            state.applied[topic] = message.offset
+            state.unacked.append(event)
+            touched[state.partition] = state
+            kind = kinds[topic]
+            source = f"{topic}/{message.partition}"
+            try:
+                record = decode(kind, event.value, source, f"offset {message.offset}")
+            except InvalidRecord as error:
+                await dead_letter(error, kind, topic, state.partition)
+                state.letters.append(error)
+                continue
+            policy.good(source)
+            state.merger.add(kind, record.ts_ms, record)
+        for state in touched.values():
+            metrics.late_events.inc(state.process_released(sink, settings.allowed_lateness_seconds))
+            if commit_due(state):
+                await commit(state)
 
     @app.agent(inputs)
     @crash_on_error
     async def detect(stream: faust.StreamT[bytes]) -> None:
         nonlocal detect_stream
-        detect_stream = stream
-        async for events in stream.noack_take(settings.worker_batch_events, within=batch_within):
+        detect_stream = stream.noack()
+        async for event in detect_stream.events():
             async with lock:
-                assigned = app.consumer.assignment()
-                touched: dict[int, PartitionWorker] = {}
-                read: Counter[str] = Counter()
-                skipped: Counter[str] = Counter()
-                generation = app.consumer_generation_id
-                for event in events:
-                    message = event.message
-                    if message.generation_id != generation or message.tp not in assigned:
-                        # Fetched before a rebalance: whoever owns the partition now reads it again
-                        # from the committed offset.
-                        continue
-                    topic = message.topic
-                    read[topic] += 1
-                    state = await partition_state(message.partition)
-                    if message.offset <= state.applied.get(topic, -1):
-                        skipped[topic] += 1  # the restored checkpoint already holds its effect
-                        await ack([event])
-                        continue
-                    state.applied[topic] = message.offset
-                    state.unacked.append(event)
-                    touched[state.partition] = state
-                    kind = kinds[topic]
-                    source = f"{topic}/{message.partition}"
-                    try:
-                        record = decode(kind, event.value, source, f"offset {message.offset}")
-                    except InvalidRecord as error:
-                        await dead_letter(error, kind, topic, state.partition)
-                        state.letters.append(error)
-                        continue
-                    policy.good(source)
-                    state.merger.add(kind, record.ts_ms, record)
-                for topic, count in read.items():
-                    metrics.events_in.labels(topic).inc(count)
-                for topic, count in skipped.items():
-                    metrics.events_skipped.labels(topic).inc(count)
-                for state in touched.values():
-                    metrics.late_events.inc(state.process_released(sink, settings.allowed_lateness_seconds))
-                    if commit_due(state):
-                        await commit(state)
+                await handle([event])
         # The stream ended (shutdown): uncommitted work is not acked and is redone on restart.
 
     @app.timer(interval=max(settings.worker_flush_seconds / 2, 0.2))

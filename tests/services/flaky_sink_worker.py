@@ -18,16 +18,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from stream import cli, worker
 from stream.store import connect
 
-OUTAGE = Path(os.environ["FAULTSTREAM_TEST_OUTAGE_FILE"])
-
 
 class _FlakyClient:
     def __init__(self, client: Any) -> None:
         self._client = client
+        self._outage = Path(os.environ["FAULTSTREAM_TEST_OUTAGE_FILE"])
 
     def insert(self, *args: Any, **kwargs: Any) -> Any:
-        if OUTAGE.exists():
-            raise ConnectionError(f"injected ClickHouse outage ({OUTAGE} exists)")
+        if self._outage.exists():
+            raise ConnectionError(f"injected ClickHouse outage ({self._outage} exists)")
         return self._client.insert(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
@@ -38,7 +37,6 @@ def _flaky_connect(*args: Any, **kwargs: Any) -> Any:
     return _FlakyClient(connect(*args, **kwargs))
 
 
-worker.connect = _flaky_connect  # type: ignore[attr-defined]
-
 if __name__ == "__main__":
+    worker.connect = _flaky_connect  # type: ignore[attr-defined]
     sys.exit(cli.main())
