@@ -1,9 +1,10 @@
 """A Faust app whose one agent only decodes each message's JSON: Faust's own cost, for the benchmark.
 
-    python benchmarks/faust_decode_only.py HOST:PORT APP_ID COUNT TOPIC [TOPIC ...]
+    python benchmarks/faust_decode_only.py HOST:PORT APP_ID COUNT RESULT_FILE TOPIC [TOPIC ...]
 
 Reads the topics from the start in a fresh consumer group until COUNT messages were decoded, then
-prints "RESULT <messages> <seconds>" (timed from the first message) and exits.
+writes "<messages> <seconds>" (timed from the first message) to RESULT_FILE and exits. (A file,
+because Faust's worker turns stdout into log records, which a hard exit can lose.)
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import orjson
 
 
 def main() -> None:
-    bootstrap, app_id, count, *topics = sys.argv[1:]
+    bootstrap, app_id, count, result_file, *topics = sys.argv[1:]
     wanted = int(count)
     app = faust.App(
         app_id,
@@ -41,7 +42,9 @@ def main() -> None:
             orjson.loads(event.value)
             seen["count"] += 1
             if seen["count"] >= wanted:
-                print("RESULT", seen["count"], time.perf_counter() - seen["start"], flush=True)
+                elapsed = time.perf_counter() - seen["start"]
+                with open(result_file, "w") as out:
+                    out.write(f"{seen['count']} {elapsed}\n")
                 os._exit(0)  # the figure is printed; Faust's orderly shutdown is not part of it
 
     sys.argv = [sys.argv[0], "worker", "-l", "error", "--without-web"]
