@@ -9,6 +9,7 @@ the end of its input; a live worker leaves it open).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -100,4 +101,42 @@ def test_a_bad_deploy_stops_the_worker_loudly(bootstrap: str, tmp_path: Path) ->
     assert worker.returncode != 0
     assert "stopping the worker" in worker.stdout + worker.stderr
     assert "20 of 20 records (100%) are dead letters" in worker.stdout + worker.stderr
+    kafka.delete_deployment_topics(env)
+
+
+def test_unknown_xids_are_kept_and_far_late_events_dead_lettered(bootstrap: str, tmp_path: Path) -> None:
+    prefix = f"u{uuid.uuid4().hex[:8]}"
+    env = kafka.deployment_env(bootstrap, prefix, 1, FAULTSTREAM_DATA_DIR=str(tmp_path / "worker-data"))
+    cli(env, "init-kafka")
+
+    def xid(ts: str, code: int) -> tuple[bytes, bytes]:
+        return b"node1", json.dumps({"ts": ts, "cluster": "c", "node": "node1", "xid": code}).encode()
+
+    topic = env["FAULTSTREAM_TOPIC_XID"]
+    first = [
+        xid("2024-01-05T00:00:00Z", 13),
+        xid("2024-01-05T01:00:00Z", 999),
+        xid("2024-01-05T02:00:00Z", 13),
+    ]
+    asyncio.run(produce(bootstrap, topic, first))  # 999 is not in the catalog: kept and flagged
+    worker = Worker(env, tmp_path / "store", tmp_path / "worker.log")
+    try:
+        wait_until_caught_up(env, [worker], topics=[topic])
+        # Once the worker has processed up to 02:00, a record of the day before is late.
+        asyncio.run(
+            produce(bootstrap, topic, [xid("2024-01-04T00:00:00Z", 13), xid("2024-01-05T02:01:00Z", 13)])
+        )
+        wait_until_caught_up(env, [worker], topics=[topic])
+        assert worker.metric("faultstream_late_events_total") == 1
+    finally:
+        worker.stop()
+    rows = query(worker.store, "SELECT xid, category FROM faultstream.xid_events FINAL ORDER BY ts")
+    assert [(row["xid"], row["category"]) for row in rows] == [
+        (13, "application"),
+        (999, "unknown"),
+        (13, "application"),
+        (13, "application"),
+    ]  # fmt: skip  (the late one is not among them)
+    [letter] = query(worker.store, "SELECT reason FROM faultstream.dead_letters FINAL")
+    assert letter["reason"].startswith("late event (event time 2024-01-04")
     kafka.delete_deployment_topics(env)

@@ -139,14 +139,17 @@ def progress(env: dict[str, str]) -> dict[str, tuple[int, int]]:
     )
 
 
-def wait_until_caught_up(env: dict[str, str], workers: list[Worker], timeout: float = 240) -> None:
+def wait_until_caught_up(
+    env: dict[str, str], workers: list[Worker], timeout: float = 240, *, topics: list[str] | None = None
+) -> None:
     """Until the group has committed every input partition to its end (jobs-by-node included) and
     no worker holds records back or has work short of a commit point (the merge releases the
     newest records once the sources are idle, and they are committed after that)."""
     deadline = time.monotonic() + timeout
     while True:
         done = progress(env)
-        if all(committed >= end for committed, end in done.values()) and done[input_topics(env)[3]][1]:
+        fed = done[input_topics(env)[3]][1] if topics is None else 1  # jobs re-keyed, unless only `topics`
+        if all(done[topic][0] >= done[topic][1] for topic in topics or done) and fed:
             pending = [
                 worker.metric(name, before_start=1)
                 for worker in workers
