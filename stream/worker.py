@@ -427,6 +427,12 @@ def build_app(settings: Settings) -> faust.App:
 
     @app.timer(interval=max(settings.worker_flush_seconds / 2, 0.2))
     async def release_idle() -> None:
+        # Faust takes a partition off the fetcher while the agent's queue is under pressure and
+        # should put it back once the queue drains; that callback is sometimes lost (a worker
+        # stalled with its ECC partitions off the fetcher and an empty queue). Put them back:
+        # if the queue is still full, Faust takes them off again at the next message.
+        for tp in app.consumer.assignment():
+            app.consumer.on_buffer_drop(tp)
         async with lock:
             for state in list(partitions.values()):
                 metrics.late_events.inc(state.process_released(sink, settings.allowed_lateness_seconds))
