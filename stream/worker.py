@@ -42,6 +42,7 @@ from typing import Any
 
 import faust
 import orjson
+from faust.types import TP
 
 from detectors.core import DetectionCore
 from schemas.outputs import Incident
@@ -223,7 +224,7 @@ def build_app(settings: Settings) -> faust.App:
     rekeyed: dict[int, int] = {}  # jobs partition -> last offset whose re-keyed copies were delivered
 
     def caught_up(topic: str, partition: int, last_offset: int) -> bool:
-        highwater = app.consumer.highwater(_tp(topic, partition))
+        highwater = app.consumer.highwater(TP(topic, partition))
         return highwater is None or last_offset + 1 >= highwater
 
     def source_drained(partition: int, source: str) -> bool:
@@ -442,7 +443,7 @@ def build_app(settings: Settings) -> faust.App:
                 metrics.uncommitted.labels(str(number)).set(len(state.unacked) + int(state.changed))
                 metrics.held_back.labels(str(number)).set(len(state.merger))
                 for topic in kinds:
-                    highwater = app.consumer.highwater(_tp(topic, number))
+                    highwater = app.consumer.highwater(TP(topic, number))
                     if highwater is not None:
                         lag = highwater - state.applied.get(topic, -1) - 1
                         metrics.consumer_lag.labels(topic, str(number)).set(max(lag, 0))
@@ -467,12 +468,6 @@ def build_app(settings: Settings) -> faust.App:
             await checkpoints.stop()
 
     return app
-
-
-def _tp(topic: str, partition: int) -> Any:
-    from faust.types import TP
-
-    return TP(topic, partition)
 
 
 def run_worker(settings: Settings) -> None:

@@ -46,17 +46,6 @@ async def produce(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]
         await producer.stop()
 
 
-@pytest.fixture(scope="module")
-def embedded(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, list[dict]], str]:
-    """The embedded replay's results for the example logs, and the hour they are compared up to."""
-    store = tmp_path_factory.mktemp("embedded") / "store"
-    cli({}, "replay", str(LOGS), "--clickhouse", f"chdb://{store}", "--no-progress")
-    [last] = query(store, "SELECT toString(toStartOfHour(max(ts))) AS t FROM faultstream.xid_events")
-    expected = results([store], last["t"])
-    assert len(expected["incidents"]) > 10 and len(expected["mttf"]) > 100
-    return expected, last["t"]
-
-
 def test_worker_results_equal_the_embedded_replay(bootstrap: str, tmp_path: Path, embedded) -> None:
     expected, before = embedded
     prefix = f"w{uuid.uuid4().hex[:8]}"

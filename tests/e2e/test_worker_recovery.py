@@ -54,14 +54,6 @@ def publish_logs(env: dict[str, str]) -> None:
     cli(env, "replay", str(LOGS), "--to", f"kafka://{env['FAULTSTREAM_KAFKA_BOOTSTRAP']}", "--no-progress")
 
 
-@pytest.fixture(scope="module")
-def embedded(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, list[dict]], str]:
-    store = tmp_path_factory.mktemp("embedded") / "store"
-    cli({}, "replay", str(LOGS), "--clickhouse", f"chdb://{store}", "--no-progress")
-    [last] = query(store, "SELECT toString(toStartOfHour(max(ts))) AS t FROM faultstream.xid_events")
-    return results([store], last["t"]), last["t"]
-
-
 def test_kill_9_mid_stream_then_restart_loses_nothing_and_duplicates_little(
     bootstrap: str, tmp_path: Path, embedded
 ) -> None:

@@ -1,0 +1,23 @@
+"""Fixtures shared by the end-to-end tests of the worker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.services.worker import cli, query, results
+
+EXAMPLE_LOGS = Path(__file__).resolve().parents[2] / "examples" / "sim-48x14" / "logs"
+
+
+@pytest.fixture(scope="session")
+def embedded(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, list[dict]], str]:
+    """The embedded replay's results for the example logs, and the hour they are compared up to
+    (computed once for every worker test that compares with it)."""
+    store = tmp_path_factory.mktemp("embedded") / "store"
+    cli({}, "replay", str(EXAMPLE_LOGS), "--clickhouse", f"chdb://{store}", "--no-progress")
+    [last] = query(store, "SELECT toString(toStartOfHour(max(ts))) AS t FROM faultstream.xid_events")
+    expected = results([store], last["t"])
+    assert len(expected["incidents"]) > 10 and len(expected["mttf"]) > 100
+    return expected, last["t"]
