@@ -21,6 +21,7 @@ from stream.store import StoreError
 EXIT_USAGE = 2
 EXIT_DEAD_LETTERS = 3
 EXIT_STORE = 4
+EXIT_KAFKA = 5
 
 
 def _store_arguments(parser: argparse.ArgumentParser) -> None:
@@ -91,6 +92,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     report.add_argument("--json", action="store_true", help="print JSON")
     report.add_argument("--top", type=int, default=20, help="open critical incidents to list")
+    report.add_argument(
+        "--html",
+        type=Path,
+        metavar="FILE",
+        help="write a self-contained HTML report (charts, incidents, lemon nodes, XID mix) to FILE",
+    )
+    report.add_argument(
+        "--progress", action=argparse.BooleanOptionalAction, default=None, help="progress bar"
+    )
     _store_arguments(report)
 
     init_kafka = commands.add_parser(
@@ -107,6 +117,37 @@ def build_parser() -> argparse.ArgumentParser:
         "--kafka", metavar="HOST:PORT", help="bootstrap servers (default FAULTSTREAM_KAFKA_BOOTSTRAP)"
     )
     _store_arguments(worker)
+
+    tail = commands.add_parser(
+        "tail",
+        help="follow the incidents topic: one line per incident update, filtered, colourised",
+        description="The SRE console: incidents as the workers publish them. Repeats of an update "
+        "already shown (at-least-once delivery) are dropped.",
+    )
+    tail.add_argument(
+        "--kafka", metavar="HOST:PORT", help="bootstrap servers (default FAULTSTREAM_KAFKA_BOOTSTRAP)"
+    )
+    tail.add_argument("--topic", help="incidents topic (default FAULTSTREAM_TOPIC_INCIDENTS)")
+    start = tail.add_mutually_exclusive_group()
+    start.add_argument(
+        "--since",
+        default="1h",
+        help="start with incidents published in the last 15m / 2h / 1d, or since an ISO time (default 1h)",
+    )
+    start.add_argument("--from-beginning", action="store_true", help="start at the oldest retained message")
+    tail.add_argument(
+        "--no-follow", action="store_true", help="stop at the end of the topic instead of waiting for more"
+    )
+    tail.add_argument("--severity", help="only these severities, comma-separated: critical,warn,info")
+    tail.add_argument("--kind", help="only these kinds, comma-separated shell patterns (xid_*,lemon_node)")
+    tail.add_argument("--node", help="only these nodes, comma-separated shell patterns (node01*)")
+    tail.add_argument("--json", action="store_true", help="print each incident message as JSON, one per line")
+    tail.add_argument(
+        "--color",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="colour by severity (default auto)",
+    )
 
     init_db = commands.add_parser("init-db", help="create the database and tables (idempotent)")
     _store_arguments(init_db)
@@ -313,16 +354,57 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from stream.report import build_report, render_text
+    from tqdm import tqdm
+
+    from stream.report import REPORT_STEPS, build_report, render_text
     from stream.store import connect
 
     settings = _settings(args)
-    report = build_report(connect(settings), settings, top=args.top)
+    if args.html is not None:
+        from stream.report_html import check_writable
+
+        check_writable(args.html)  # before the queries, not after
+    disable = None if args.progress is None else not args.progress
+    with tqdm(total=len(REPORT_STEPS), desc="report", unit="step", disable=disable) as bar:
+
+        def progress(step: str) -> None:  # called as each step starts: the ones before are done
+            bar.update(REPORT_STEPS.index(step) - bar.n)
+            bar.set_postfix_str(step)
+
+        report = build_report(connect(settings), settings, top=args.top, progress=progress)
+        bar.update(bar.total - bar.n)
+    if args.html is not None:
+        from stream.report_html import write_html
+
+        size = write_html(report, args.html)
+        (sys.stderr if args.json else sys.stdout).write(
+            f"Wrote {args.html} ({size / 1024:,.0f} KiB) from {report['store']}\n"
+        )
     if args.json:
         _print_json(report)
-    else:
+    elif args.html is None:
         sys.stdout.write(render_text(report) + "\n")
     return 0
+
+
+def _cmd_tail(args: argparse.Namespace) -> int:
+    from stream.tail import IncidentFilter, TailError, TailOptions, parse_since, run, want_colour
+
+    settings = Settings.from_env(kafka_bootstrap=args.kafka)
+    try:
+        options = TailOptions(
+            bootstrap=settings.kafka_bootstrap,
+            topic=args.topic or settings.topic_incidents,
+            since_ms=None if args.from_beginning else parse_since(args.since),
+            follow=not args.no_follow,
+            as_json=args.json,
+            colour=not args.json and want_colour(args.color, sys.stdout),
+            only=IncidentFilter.parse(args.severity, args.kind, args.node),
+        )
+        return run(options)
+    except TailError as exc:
+        sys.stderr.write(f"faultstream tail: error: {exc}\n")
+        return EXIT_KAFKA
 
 
 def _cmd_init_db(args: argparse.Namespace) -> int:
@@ -411,6 +493,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "query": _cmd_query,
         "evaluate": _cmd_evaluate,
         "config": _cmd_config,
+        "tail": _cmd_tail,
     }
     try:
         return handlers[args.command](args)

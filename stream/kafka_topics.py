@@ -9,9 +9,12 @@ jobs                   job id     delete, 7 days, ONE partition: job changes are
                                   re-keyed copies reach each node partition in that order too
 jobs-by-node           node       delete, 7 days: internal, the jobs re-keyed to their nodes so
                                   a job's end meets its nodes' evidence in one partition
-incidents              incident   compact + delete (30 days): every update of an incident carries
-                                  its id as key, so compaction keeps the latest state of each for
-                                  a consumer that starts late, and the time bound ages them out
+incidents              node       delete, 30 days: every incident of a node and every update of
+                                  it lands on one partition in the order it was made, so an SRE
+                                  console or pager reading some nodes sees their story in order;
+                                  not compacted, since a node key would compact a node's other
+                                  incidents away (readers keep the highest ``version`` per
+                                  ``incident_id``, which also drops at-least-once repeats)
 dead-letters           source     delete, 30 days: to repair and replay by hand
 checkpoints            partition  compact: the newest detector-state checkpoint of each input
                                   partition is all a restarting worker needs; messages up to
@@ -61,11 +64,7 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
             settings.topic_incidents,
             partitions,
             replication,
-            {
-                "cleanup.policy": "compact,delete",
-                "retention.ms": str(30 * DAY_MS),
-                "min.compaction.lag.ms": "60000",
-            },
+            {"cleanup.policy": "delete", "retention.ms": str(30 * DAY_MS)},
         ),
         TopicSpec(
             settings.topic_dead_letters,

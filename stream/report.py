@@ -3,27 +3,173 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
+import orjson
 from clickhouse_connect.driver.client import Client
 
 from detectors.mttf import ettr, optimal_checkpoint_interval_hours, projected_mttf_hours
 from stream.settings import Settings
 from stream.store import query_rows
 
-__all__ = ["build_report", "render_text"]
+__all__ = ["LEMON_KIND", "PAPER_RF", "REPORT_STEPS", "build_report", "render_text"]
 
 #: The paper's measured rates (failures per 1000 node-days), shown for comparison.
 PAPER_RF = {"RSC-1 (16k A100)": 6.50, "RSC-2 (8k A100)": 2.34}
+
+#: The incident kind of a lemon-node verdict (``detectors.core``, ``_evaluate_lemons``).
+LEMON_KIND = "lemon_node"
+
+#: What ``build_report`` reads, in order; its ``progress`` callback gets each name as it starts.
+REPORT_STEPS = (
+    "row counts",
+    "time span",
+    "incidents",
+    "incidents over time",
+    "lemon nodes",
+    "XID mix",
+    "dead letters",
+    "job attribution",
+    "MTTF windows",
+)
+
+#: At most this many points per MTTF time series: longer histories are summed into coarser bins.
+MAX_SERIES_POINTS = 400
+
+_SEVERITY_ORDER = "multiIf(severity = 'critical', 0, severity = 'warn', 1, 2)"
 
 
 def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def build_report(client: Client, settings: Settings, top: int = 20) -> dict[str, Any]:
-    """Query the store and return the report as plain data (what ``--json`` prints)."""
+def _redact(dsn: str) -> str:
+    """The DSN without its password (the report may be shared)."""
+    parts = urlsplit(dsn)
+    if parts.password is None:
+        return dsn
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+
+
+def _ts(epoch_seconds: int | None) -> str | None:
+    """Epoch seconds as the report's time format (``str`` of a UTC datetime, like the other fields)."""
+    if epoch_seconds is None:
+        return None
+    return datetime.fromtimestamp(epoch_seconds, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _incident_bin_seconds(span_seconds: int) -> int:
+    """Bin width of the incidents-over-time histogram: hours, days or weeks by the span shown."""
+    if span_seconds <= 3 * 86400:
+        return 3600
+    if span_seconds <= 180 * 86400:
+        return 86400
+    return 7 * 86400
+
+
+def _incidents_over_time(client: Client, db: str, span: dict[str, Any]) -> dict[str, Any]:
+    """Incidents counted by the bin of their first evidence and by severity, every bin listed."""
+    rows = query_rows(
+        client,
+        f"""SELECT toUnixTimestamp(minOrNull(first_evidence)) AS lo,
+               toUnixTimestamp(maxOrNull(first_evidence)) AS hi
+        FROM {db}.incidents FINAL""",
+    )
+    lo = min((v for v in (rows[0]["lo"], span["first_epoch"]) if v is not None), default=None)
+    hi = max((v for v in (rows[0]["hi"], span["last_epoch"]) if v is not None), default=None)
+    if lo is None or hi is None:
+        return {"bin_seconds": None, "bins": []}
+    width = _incident_bin_seconds(hi - lo)
+    counts: dict[int, dict[str, int]] = {}
+    for row in query_rows(
+        client,
+        f"""SELECT toUnixTimestamp(toStartOfInterval(first_evidence, toIntervalSecond({width}))) AS start,
+               severity, count() AS n
+        FROM {db}.incidents FINAL GROUP BY start, severity""",
+    ):
+        counts.setdefault(row["start"], {})[row["severity"]] = row["n"]
+    first = lo - lo % width
+    bins = []
+    for start in range(first, max([hi, *counts]) + 1, width):
+        by_severity = counts.get(start, {})
+        bins.append(
+            {
+                "start": _ts(start),
+                "critical": by_severity.get("critical", 0),
+                "warn": by_severity.get("warn", 0),
+                "info": by_severity.get("info", 0),
+            }
+        )
+    return {"bin_seconds": width, "bins": bins}
+
+
+def _lemon_nodes(client: Client, db: str) -> list[dict[str, Any]]:
+    """Lemon-node incidents, current first, with the signals of their latest recorded verdict."""
+    lemons = []
+    for row in query_rows(
+        client,
+        f"""SELECT incident_id, cluster, node, status, first_evidence, last_evidence, score,
+               evidence_count, evidence, action
+        FROM {db}.incidents FINAL WHERE kind = '{LEMON_KIND}'
+        ORDER BY status = 'resolved', last_evidence DESC, incident_id""",
+    ):
+        try:
+            evidence = orjson.loads(row.pop("evidence") or "{}")
+        except orjson.JSONDecodeError:
+            evidence = {}
+        samples = [s for s in evidence.get("samples", []) if isinstance(s, dict)]
+        latest = samples[-1] if samples else {}
+        verdicts = row.pop("evidence_count")
+        lemons.append(
+            {
+                **row,
+                "first_evidence": str(row["first_evidence"]),
+                "last_evidence": str(row["last_evidence"]),
+                "verdicts": verdicts,
+                "signals": latest.get("counter_deltas", {}),
+                "signals_at": latest.get("ts"),
+                "jobs_hurt": evidence.get("jobs", []),
+            }
+        )
+    return lemons
+
+
+def _mttf_series(client: Client, db: str, window_seconds: int, windows: int) -> dict[str, Any]:
+    """Exposure and failures per window (or per bin of several windows) and size bucket, in time order."""
+    width = window_seconds * max(1, math.ceil(windows / MAX_SERIES_POINTS))
+    points = query_rows(
+        client,
+        f"""SELECT toUnixTimestamp(toStartOfInterval(window_start, toIntervalSecond({width}))) AS start,
+               size_bucket, sum(node_hours) AS node_hours, sum(failures) AS failures
+        FROM {db}.mttf_windows WHERE window_seconds = {int(window_seconds)}
+        GROUP BY start, size_bucket ORDER BY start, size_bucket""",
+    )
+    for point in points:
+        point["start"] = _ts(point["start"])
+    return {"bin_seconds": width, "points": points}
+
+
+def build_report(
+    client: Client,
+    settings: Settings,
+    top: int = 20,
+    *,
+    incident_limit: int = 200,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Query the store and return the report as plain data (what ``--json`` prints).
+
+    ``top`` open critical incidents are listed in ``open_critical`` (the text report), and up to
+    ``incident_limit`` incidents of every kind in ``incident_list`` (open critical first). ``progress``
+    is called with each name of ``REPORT_STEPS`` as that step starts.
+    """
+    step = progress or (lambda _name: None)
     db = settings.database
+    step("row counts")
     counts = {
         table: query_rows(client, f"SELECT count() AS n FROM {db}.{table} FINAL")[0]["n"]
         for table in (
@@ -35,6 +181,19 @@ def build_report(client: Client, settings: Settings, top: int = 20) -> dict[str,
             "dead_letters",
         )
     }
+    step("time span")
+    [span_row] = query_rows(
+        client,
+        f"""SELECT toUnixTimestamp(minOrNull(ts)) AS first_epoch, toUnixTimestamp(maxOrNull(ts)) AS last_epoch
+        FROM (SELECT ts FROM {db}.xid_events UNION ALL SELECT ts FROM {db}.job_events
+              UNION ALL SELECT ts FROM {db}.ecc_samples)""",
+    )
+    span = {
+        "first": _ts(span_row["first_epoch"]),
+        "last": _ts(span_row["last_epoch"]),
+        **span_row,
+    }
+    step("incidents")
     incidents = query_rows(
         client,
         f"""SELECT kind, severity, count() AS incidents, countIf(status != 'resolved') AS open,
@@ -50,16 +209,41 @@ def build_report(client: Client, settings: Settings, top: int = 20) -> dict[str,
     )
     for row in open_critical:
         row["first_evidence"] = str(row["first_evidence"])
+    incident_list = query_rows(
+        client,
+        f"""SELECT incident_id, kind, severity, status, cluster, node, gpu, first_evidence, last_evidence,
+               detector, score, evidence_count, action, summary
+        FROM {db}.incidents FINAL
+        ORDER BY status = 'resolved', {_SEVERITY_ORDER}, last_evidence DESC, incident_id
+        LIMIT {int(incident_limit)}""",
+    )
+    for row in incident_list:
+        row["first_evidence"] = str(row["first_evidence"])
+        row["last_evidence"] = str(row["last_evidence"])
+    step("incidents over time")
+    over_time = _incidents_over_time(client, db, span)
+    step("lemon nodes")
+    lemons = _lemon_nodes(client, db)
+    step("XID mix")
+    xid_mix = query_rows(
+        client,
+        f"""SELECT xid, any(xid_name) AS name, any(category) AS category, any(severity) AS severity,
+               max(hardware) AS hardware, count() AS events, uniqExact(node) AS nodes
+        FROM {db}.xid_events FINAL GROUP BY xid ORDER BY events DESC, xid""",
+    )
+    step("dead letters")
     dead_letters = query_rows(
         client,
         f"""SELECT substring(splitByString(' (', reason)[1], 1, 100) AS reason_class, count() AS n
         FROM {db}.dead_letters FINAL GROUP BY reason_class ORDER BY n DESC LIMIT 10""",
     )
+    step("job attribution")
     attribution = query_rows(
         client,
         f"""SELECT hardware, count() AS jobs, sum(gpu_hours) AS gpu_hours
         FROM {db}.job_attributions FINAL GROUP BY hardware ORDER BY hardware""",
     )
+    step("MTTF windows")
     windows = []
     for window in query_rows(
         client,
@@ -84,6 +268,9 @@ def build_report(client: Client, settings: Settings, top: int = 20) -> dict[str,
             bucket["mttf_hours"] = bucket["job_hours"] / failures if failures else None
             median = bucket.pop("median_window_rf")
             bucket["median_window_rf"] = median if median is not None and math.isfinite(median) else None
+            # job_hours / failures is the MTTF of this bucket's average job of this many nodes
+            job_hours = bucket["job_hours"]
+            bucket["mean_job_nodes"] = bucket["node_hours"] / job_hours if job_hours else None
         windows.append(
             {
                 "window_seconds": seconds,
@@ -91,6 +278,7 @@ def build_report(client: Client, settings: Settings, top: int = 20) -> dict[str,
                 "first": str(window["first"]),
                 "last": str(window["last"]),
                 "buckets": buckets,
+                "series": _mttf_series(client, db, seconds, window["windows"]),
             }
         )
     overall = next((b for w in windows[-1:] for b in w["buckets"] if b["size_bucket"] == "all"), None)
@@ -114,9 +302,16 @@ def build_report(client: Client, settings: Settings, top: int = 20) -> dict[str,
             )
     return {
         "database": db,
+        "store": _redact(settings.dsn),
+        "generated": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S"),
+        "time_span": {"first": span["first"], "last": span["last"]},
         "rows": counts,
         "incidents": incidents,
         "open_critical": open_critical,
+        "incident_list": incident_list,
+        "incidents_over_time": over_time,
+        "lemon_nodes": lemons,
+        "xid_mix": xid_mix,
         "dead_letter_reasons": dead_letters,
         "attribution": attribution,
         "mttf": windows,

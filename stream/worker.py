@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -296,8 +297,8 @@ def build_app(settings: Settings) -> faust.App:
         if not await flush_sink(state.partition, still_ours):
             return
         deliveries = [
-            await incidents_topic.send(key=key.encode(), value=orjson.dumps(incident.to_dict()))
-            for key, incident in state.incidents.items()
+            await incidents_topic.send(key=incident.node.encode(), value=orjson.dumps(incident.to_dict()))
+            for incident in state.incidents.values()
         ]
         deliveries += [await send_dead_letter(error) for error in state.letters]
         await asyncio.gather(*deliveries)
@@ -434,6 +435,8 @@ def build_app(settings: Settings) -> faust.App:
         # if the queue is still full, Faust takes them off again at the next message.
         for tp in app.consumer.assignment():
             app.consumer.on_buffer_drop(tp)
+        if os.environ.get("FAULTSTREAM_DEBUG_FETCH"):
+            _debug_fetch_state(app, partitions)
         async with lock:
             for state in list(partitions.values()):
                 metrics.late_events.inc(state.process_released(sink, settings.allowed_lateness_seconds))
@@ -458,6 +461,8 @@ def build_app(settings: Settings) -> faust.App:
         ours.addHandler(handler)
         ours.setLevel(logging.INFO)
         ours.propagate = False
+        if os.environ.get("FAULTSTREAM_DEBUG_FETCH"):
+            _count_deliveries(app)
         if settings.metrics_port:
             metrics.serve(settings.metrics_host, settings.metrics_port)
             _log.info("metrics on http://%s:%d/metrics", settings.metrics_host, settings.metrics_port)
@@ -468,6 +473,54 @@ def build_app(settings: Settings) -> faust.App:
             await checkpoints.stop()
 
     return app
+
+
+_DELIVERED: dict[Any, int] = {}
+
+
+def _count_deliveries(app: Any) -> None:
+    original = app.consumer.callback
+
+    async def counting(message: Any) -> Any:
+        _DELIVERED[message.tp] = _DELIVERED.get(message.tp, 0) + 1
+        return await original(message)
+
+    app.consumer.callback = counting
+
+
+def _debug_fetch_state(app: Any, partitions: dict[int, PartitionWorker]) -> None:
+    c = app.consumer
+    thread = getattr(c, "_thread", None)
+    ak = getattr(thread, "_consumer", None)
+    conductor = app.topics
+    lines = [
+        f"suspend_flow={c.suspend_flow.is_set()} flow_control_active={app.flow_control.is_active()} "
+        f"gen={app.consumer_generation_id} rebalancing={app.rebalancing}",
+        f"tp_index={ {tuple(tp): len(ch) for tp, ch in conductor._tp_index.items()} } "
+        f"callbacks={sorted(map(tuple, conductor._tp_to_callback))}",
+        f"read_offset={ {tuple(tp): o for tp, o in c._read_offset.items()} } "
+        f"committed={ {tuple(tp): o for tp, o in c._committed_offset.items()} }",
+        f"delivered={ {tuple(tp): n for tp, n in _DELIVERED.items()} }",
+    ]
+    lines += [
+        f"active={sorted(map(tuple, c._active_partitions or []))} "
+        f"buffered={sorted(map(tuple, c._buffered_partitions))} "
+        f"paused={sorted(map(tuple, c._paused_partitions))} flow={c.flow_active}"
+    ]
+    if ak is not None:
+        assignment = ak._subscription.subscription.assignment if ak._subscription.subscription else None
+        cached = {tuple(tp): (type(r).__name__) for tp, r in ak._fetcher._records.items()}
+        lines.append(f"cached={cached}")
+        if assignment is not None:
+            for tp in sorted(assignment.tps):
+                st = assignment.state_value(tp)
+                lines.append(
+                    f"  {tp.topic}/{tp.partition} pos={st._position} hw={st.highwater} "
+                    f"paused={st.paused} valid={st.has_valid_position} reset={st._reset_strategy}"
+                )
+    for n, st in partitions.items():
+        lines.append(f"  state {n}: applied={st.applied} unacked={len(st.unacked)} held={len(st.merger)}")
+    _log.info("fetch state:\n%s", "\n".join(lines))
 
 
 def run_worker(settings: Settings) -> None:

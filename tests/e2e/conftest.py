@@ -12,11 +12,19 @@ EXAMPLE_LOGS = Path(__file__).resolve().parents[2] / "examples" / "sim-48x14" / 
 
 
 @pytest.fixture(scope="session")
-def embedded(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, list[dict]], str]:
-    """The embedded replay's results for the example logs, and the hour they are compared up to
-    (computed once for every worker test that compares with it)."""
+def embedded_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An embedded store (chdb folder) holding the example logs, replayed once per session. Read it
+    only in subprocesses (`cli`, `query`): one process per chdb path."""
     store = tmp_path_factory.mktemp("embedded") / "store"
     cli({}, "replay", str(EXAMPLE_LOGS), "--clickhouse", f"chdb://{store}", "--no-progress")
+    return store
+
+
+@pytest.fixture(scope="session")
+def embedded(embedded_store: Path) -> tuple[dict[str, list[dict]], str]:
+    """The embedded replay's results for the example logs, and the hour they are compared up to
+    (computed once for every worker test that compares with it)."""
+    store = embedded_store
     [last] = query(store, "SELECT toString(toStartOfHour(max(ts))) AS t FROM faultstream.xid_events")
     expected = results([store], last["t"])
     assert len(expected["incidents"]) > 10 and len(expected["mttf"]) > 100

@@ -13,7 +13,10 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -46,11 +49,33 @@ async def produce(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]
         await producer.stop()
 
 
-def test_worker_results_equal_the_embedded_replay(bootstrap: str, tmp_path: Path, embedded) -> None:
-    expected, before = embedded
+@dataclass
+class Run:
+    """One worker's run over the example logs, with an SRE console following the incidents."""
+
+    env: dict[str, str]
+    worker: Worker
+    console: str  # what `faultstream tail --json` printed while the worker ran
+
+
+def start_console(env: dict[str, str], *args: str, out: Path) -> subprocess.Popen:
+    """`faultstream tail` in the background, printing to `out`."""
+    with out.open("wb") as sink:
+        return subprocess.Popen(
+            [sys.executable, "-m", "stream.cli", "tail", *args],
+            env={**os.environ, **env}, stdout=sink, stderr=subprocess.STDOUT, cwd=ROOT,
+        )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def run(bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    tmp_path = tmp_path_factory.mktemp("worker-kafka")
     prefix = f"w{uuid.uuid4().hex[:8]}"
     env = kafka.deployment_env(bootstrap, prefix, 1, FAULTSTREAM_DATA_DIR=str(tmp_path / "worker-data"))
     cli(env, "init-kafka")
+    # The console starts before anything is published and follows the topic live.
+    console_path = tmp_path / "tail.jsonl"
+    console = start_console(env, "--json", out=console_path)
     cli(env, "replay", str(LOGS), "--to", f"kafka://{bootstrap}", "--no-progress")
     bad = [b"{not json", b'{"ts": "2024-01-05T00:00:00Z", "cluster": "sim", "node": "node0001", "xid": "79"}']
     asyncio.run(produce(bootstrap, env["FAULTSTREAM_TOPIC_XID"], [(b"node0001", value) for value in bad]))
@@ -61,15 +86,63 @@ def test_worker_results_equal_the_embedded_replay(bootstrap: str, tmp_path: Path
         assert worker.metric("faultstream_commits_total") >= 1
     finally:
         worker.stop()
-    assert_same_results(results([worker.store], before), expected)
-    letters = query(worker.store, "SELECT reason, raw FROM faultstream.dead_letters FINAL ORDER BY reason")
+    sent = len(incident_messages(env))
+    deadline = time.monotonic() + 30
+    while console.poll() is None and time.monotonic() < deadline:  # until it has printed what was sent
+        if len(console_path.read_bytes().splitlines()) >= sent:
+            break
+        time.sleep(0.5)
+    console.terminate()
+    console.wait(timeout=10)
+    yield Run(env, worker, console_path.read_text())
+    kafka.delete_deployment_topics(env)
+
+
+def test_worker_results_equal_the_embedded_replay(run: Run, embedded) -> None:
+    expected, before = embedded
+    assert_same_results(results([run.worker.store], before), expected)
+    letters = query(
+        run.worker.store, "SELECT reason, raw FROM faultstream.dead_letters FINAL ORDER BY reason"
+    )
     assert [(row["reason"][:17], row["raw"][:9]) for row in letters] == [
         ("field 'xid' must ", '{"ts": "2'),
         ("not JSON (unexpec", "{not json"),
     ]
-    on_topic = {incident_id for incident_id, _ in incident_messages(env)}
+    on_topic = {incident_id for incident_id, _ in incident_messages(run.env)}
     assert on_topic == {row["incident_id"] for row in expected["incidents"]}
-    kafka.delete_deployment_topics(env)
+
+
+def test_the_sre_console_shows_every_incident_update_live_once(run: Run, embedded) -> None:
+    expected, _ = embedded
+    lines = [json.loads(line) for line in run.console.splitlines() if line.startswith("{")]
+    shown = [(incident["incident_id"], incident["version"]) for incident in lines]
+    assert len(shown) == len(set(shown)), "an update was shown twice"
+    newest: dict[str, int] = {}
+    for incident_id, version in shown:
+        newest[incident_id] = max(version, newest.get(incident_id, 0))
+    # Every incident reached the console, in its final state (the store's version).
+    assert newest == {row["incident_id"]: row["version"] for row in expected["incidents"]}
+    assert len(shown) == len(set(incident_messages(run.env))), "every distinct update on the topic is shown"
+
+
+def test_the_sre_console_filters_and_colours(run: Run) -> None:
+    shown = [json.loads(line) for line in run.console.splitlines() if line.startswith("{")]
+    critical = [incident for incident in shown if incident["severity"] == "critical"]
+    assert critical, "the example logs have critical incidents"
+    lines = cli(
+        run.env, "tail", "--from-beginning", "--no-follow", "--severity", "critical", "--color", "always"
+    ).splitlines()
+    assert len(lines) == len(critical)
+    assert all(" CRITICAL " in line for line in lines)
+    red, green = "\x1b[1;31m", "\x1b[32m"  # open, resolved
+    resolved = sum(incident["status"] == "resolved" for incident in critical)
+    assert sum(line.startswith(green) for line in lines) == resolved
+    assert sum(line.startswith(red) for line in lines) == len(lines) - resolved
+    node = critical[0]["node"]
+    plain = cli(run.env, "tail", "--from-beginning", "--no-follow", "--node", node, "--color", "never")
+    assert len(plain.splitlines()) == sum(incident["node"] == node for incident in shown)
+    assert all(f" {node}" in line and "\x1b[" not in line for line in plain.splitlines())
+    assert cli(run.env, "tail", "--from-beginning", "--no-follow", "--kind", "no_such_kind*") == ""
 
 
 def test_a_bad_deploy_stops_the_worker_loudly(bootstrap: str, tmp_path: Path) -> None:

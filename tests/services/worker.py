@@ -216,7 +216,11 @@ def incident_messages(env: dict[str, str]) -> list[tuple[str, int]]:
         consume(env["FAULTSTREAM_KAFKA_BOOTSTRAP"], env["FAULTSTREAM_TOPIC_INCIDENTS"], partitions, 10**9,
                 timeout=15, give_up=lambda: False)
     )  # fmt: skip
-    out = [(m.key.decode(), json.loads(m.value)["version"]) for m in messages]
+    out = []
+    for message in messages:
+        incident = json.loads(message.value)
+        assert message.key.decode() == incident["node"], "incidents are keyed by node"
+        out.append((incident["incident_id"], incident["version"]))
     assert len(out) == sum(ends.values()), "the incidents topic was not read to its end"
     return out
 
