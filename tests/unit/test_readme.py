@@ -1,0 +1,53 @@
+"""README is the configuration reference: it must name every setting, topic, table and column."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from schemas.ddl import ddl_statements
+from stream.kafka_topics import topic_specs
+from stream.settings import Settings
+
+README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+
+
+def section(title: str) -> str:
+    start = README.index(f"\n## {title}")
+    end = README.find("\n## ", start + 1)
+    return README[start : end if end > 0 else None]
+
+
+def test_every_setting_is_in_the_configuration_table_with_its_default() -> None:
+    table = section("Configuration")
+    grouped = re.findall(r"`(FAULTSTREAM_\w+)`((?:, `_\w+`)*)", table)
+    documented = {name for name, _ in grouped}
+    for name, more in grouped:  # `FAULTSTREAM_TOPIC_XID`, `_ECC`, ... stand for FAULTSTREAM_TOPIC_ECC, ...
+        prefix = name.rsplit("_", 1)[0]
+        documented |= {prefix + suffix for suffix in re.findall(r"`(_\w+)`", more)}
+    for env, _default, _doc in Settings.reference():
+        assert env in documented, f"{env} is missing from README's configuration table"
+    rows = {m[0]: m[1] for m in re.findall(r"^\| `(FAULTSTREAM_\w+)` \| `([^`]*)` \|", table, re.M)}
+    for env, default, _doc in Settings.reference():
+        if env in rows:
+            assert rows[env] in (str(ast.literal_eval(default)), default), f"{env}: README says {rows[env]}"
+
+
+def test_every_topic_is_listed_with_its_key_and_config() -> None:
+    topics = section("Configuration")
+    for spec in topic_specs(Settings.from_env()):
+        assert f"`{spec.name}`" in topics, f"topic {spec.name} is missing from README"
+
+
+def test_every_table_and_column_is_listed() -> None:
+    outputs = section("Outputs")
+    for statement in ddl_statements():
+        match = re.match(r"CREATE TABLE IF NOT EXISTS \w+\.(\w+) \((.*?)\n\) ENGINE", statement, re.S)
+        if not match:
+            continue
+        table, body = match.groups()
+        line = next((row for row in outputs.splitlines() if row.startswith(f"- **`{table}`**")), None)
+        assert line is not None, f"table {table} has no column list in README"
+        for column in re.findall(r"^\s+(\w+) ", body, re.M):
+            assert f"`{column}`" in line, f"{table}.{column} is missing from README"
