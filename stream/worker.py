@@ -168,6 +168,8 @@ def build_app(settings: Settings) -> faust.App:
         stream_wait_empty=False,
         datadir=str(datadir),
     )
+    if os.environ.get("FAULTSTREAM_DEBUG_FETCH"):
+        _count_deliveries(app)
     kinds = {settings.topic_xid: "xid", settings.topic_ecc: "ecc", settings.topic_jobs_by_node: "job"}
     sources = sorted(kinds.values())
     jobs = app.topic(settings.topic_jobs, **_RAW)
@@ -461,8 +463,6 @@ def build_app(settings: Settings) -> faust.App:
         ours.addHandler(handler)
         ours.setLevel(logging.INFO)
         ours.propagate = False
-        if os.environ.get("FAULTSTREAM_DEBUG_FETCH"):
-            _count_deliveries(app)
         if settings.metrics_port:
             metrics.serve(settings.metrics_host, settings.metrics_port)
             _log.info("metrics on http://%s:%d/metrics", settings.metrics_host, settings.metrics_port)
@@ -479,13 +479,13 @@ _DELIVERED: dict[Any, int] = {}
 
 
 def _count_deliveries(app: Any) -> None:
-    original = app.consumer.callback
+    original = app.topics.on_message  # the consumer's callback, bound when the consumer is made
 
     async def counting(message: Any) -> Any:
         _DELIVERED[message.tp] = _DELIVERED.get(message.tp, 0) + 1
         return await original(message)
 
-    app.consumer.callback = counting
+    app.topics.on_message = counting
 
 
 def _debug_fetch_state(app: Any, partitions: dict[int, PartitionWorker]) -> None:

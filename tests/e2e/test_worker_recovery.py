@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -124,16 +125,29 @@ def test_a_clickhouse_outage_pauses_the_worker_and_loses_nothing(
     kafka.delete_deployment_topics(env)
 
 
-def test_two_workers_in_one_group_split_the_partitions_and_match_one_worker(
-    bootstrap: str, tmp_path: Path
-) -> None:
+@pytest.fixture(scope="module")
+def one_worker_on_two_partitions(
+    bootstrap: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[dict[str, list[dict]], str]]:
+    """What one worker writes for the example logs on two partitions: the reference for groups."""
+    tmp_path = tmp_path_factory.mktemp("alone")
     alone = deployment(bootstrap, tmp_path, 2, "a")
     worker = Worker(alone, tmp_path / "alone", tmp_path / "alone.log")
     try:
         wait_until_caught_up(alone, [worker])
     finally:
         worker.stop()
+    [last] = query(worker.store, "SELECT toString(toStartOfHour(max(ts))) AS t FROM faultstream.xid_events")
+    reference = results([worker.store], last["t"])
+    assert len(reference["incidents"]) > 10
+    yield reference, last["t"]
+    kafka.delete_deployment_topics(alone)
 
+
+def test_two_workers_in_one_group_split_the_partitions_and_match_one_worker(
+    bootstrap: str, tmp_path: Path, one_worker_on_two_partitions
+) -> None:
+    reference, before = one_worker_on_two_partitions
     pair = deployment(bootstrap, tmp_path, 2, "p", publish=False)
     workers = [Worker(pair, tmp_path / name, tmp_path / f"{name}.log") for name in ("first", "second")]
     try:
@@ -149,9 +163,30 @@ def test_two_workers_in_one_group_split_the_partitions_and_match_one_worker(
             member.stop()
     for member in workers:  # each ended up owning one of the two partitions and wrote its events
         assert query(member.store, "SELECT count() AS n FROM faultstream.xid_events")[0]["n"] > 0
-    [last] = query(worker.store, "SELECT toString(toStartOfHour(max(ts))) AS t FROM faultstream.xid_events")
-    reference = results([worker.store], last["t"])
-    assert len(reference["incidents"]) > 10
-    assert_same_results(results([member.store for member in workers], last["t"]), reference)
-    kafka.delete_deployment_topics(alone)
+    assert_same_results(results([member.store for member in workers], before), reference)
     kafka.delete_deployment_topics(pair)
+
+
+def test_a_worker_joining_mid_stream_takes_over_a_partition_and_nothing_changes(
+    bootstrap: str, tmp_path: Path, one_worker_on_two_partitions
+) -> None:
+    reference, before = one_worker_on_two_partitions
+    env = deployment(bootstrap, tmp_path, 2, "j")
+    first = Worker(env, tmp_path / "first", tmp_path / "first.log")
+    workers = [first]
+    try:
+        deadline = time.monotonic() + 120
+        while first.metric("faultstream_commits_total", before_start=0) < 2:  # busy, some committed
+            first.assert_alive()
+            assert time.monotonic() < deadline, "the first worker committed nothing in 120 s"
+            time.sleep(0.2)
+        workers.append(Worker(env, tmp_path / "second", tmp_path / "second.log"))
+        wait_until_caught_up(env, workers)
+        # The second worker took a partition over from its checkpoint and wrote from there on.
+        assert workers[1].metric("faultstream_checkpoints_restored_total") >= 1
+    finally:
+        for member in workers:
+            member.stop()
+    assert query(workers[1].store, "SELECT count() AS n FROM faultstream.xid_events")[0]["n"] > 0
+    assert_same_results(results([member.store for member in workers], before), reference)
+    kafka.delete_deployment_topics(env)
