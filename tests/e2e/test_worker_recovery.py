@@ -127,9 +127,13 @@ def test_a_clickhouse_outage_pauses_the_worker_and_loses_nothing(
 
 @pytest.fixture(scope="module")
 def one_worker_on_two_partitions(
-    bootstrap: str, tmp_path_factory: pytest.TempPathFactory
+    bootstrap: str, tmp_path_factory: pytest.TempPathFactory, embedded
 ) -> Iterator[tuple[dict[str, list[dict]], str]]:
-    """What one worker writes for the example logs on two partitions: the reference for groups."""
+    """What one worker writes for the example logs on two partitions: the reference for groups.
+
+    It equals the embedded replay's results (one core over everything): on these logs the
+    partitioning changes nothing. (The fleet-relative parts — the XID-storm fleet floor, the lemon
+    baseline — are kept per partition, so on other data they can.)"""
     tmp_path = tmp_path_factory.mktemp("alone")
     alone = deployment(bootstrap, tmp_path, 2, "a")
     worker = Worker(alone, tmp_path / "alone", tmp_path / "alone.log")
@@ -140,6 +144,9 @@ def one_worker_on_two_partitions(
     [last] = query(worker.store, "SELECT toString(toStartOfHour(max(ts))) AS t FROM faultstream.xid_events")
     reference = results([worker.store], last["t"])
     assert len(reference["incidents"]) > 10
+    expected, before = embedded
+    assert last["t"] == before
+    assert_same_results(reference, expected)
     yield reference, last["t"]
     kafka.delete_deployment_topics(alone)
 
