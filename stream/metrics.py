@@ -25,7 +25,15 @@ class WorkerMetrics:
         )
         self.events_skipped = Counter(
             "faultstream_events_skipped",
-            "Input messages skipped because a restored checkpoint already holds their effect.",
+            "Input messages delivered again and skipped (a restored checkpoint or an earlier read "
+            "already applied them).",
+            ["topic"],
+            registry=registry,
+        )
+        self.input_rereads = Counter(
+            "faultstream_input_rereads",
+            "Input partitions read again from their first unapplied offset (a gap in the offsets "
+            "delivered, or a partition with more to read that delivered nothing for a while).",
             ["topic"],
             registry=registry,
         )

@@ -16,12 +16,18 @@ Commit point (:func:`commit`), every ``worker_flush_seconds`` or when a batch is
    agent (so Faust stops fetching: backpressure) and acking nothing;
 2. send the incident updates and dead letters of the batch, and wait for the broker's acks;
 3. write the partition's checkpoint (:mod:`stream.checkpoints`) and wait for it;
-4. ack the messages, which lets Faust commit their offsets.
+4. commit the partition's input offsets (past the last message applied).
+
+The worker commits offsets itself (the input topics are declared without Faust acks): Faust's
+offset tracking can commit past messages its agents never saw. :class:`stream.offsets.InputPositions`
+checks that each input partition's messages arrive contiguously; a gap, or a partition with more
+to read that has delivered nothing for ``_STALL_SECONDS``, is read again from its first offset not
+applied (logged, and counted in ``faultstream_input_rereads_total``).
 
 A crash anywhere before 4 redoes the work from the previous checkpoint: ClickHouse rows are
 idempotent (ReplacingMergeTree on deterministic ids), and incident updates may reach the topic a
 second time with the same id and version (at-least-once; consumers keep the highest version per
-id, and compaction keeps one). Because the checkpoint is written before the ack, a restarted
+id). Because the checkpoint is written before the commit, a restarted
 worker resumes the detectors exactly where the committed offsets are, skipping messages whose
 effect the checkpoint already holds.
 
@@ -51,6 +57,7 @@ from schemas.records import EccSample, InvalidRecord, JobEvent, XidEvent
 from stream.checkpoints import CheckpointTopic, PartitionCheckpoint
 from stream.event_time_merge import EventTimeMerger
 from stream.metrics import WorkerMetrics
+from stream.offsets import Delivery, InputPositions
 from stream.replay import late_dead_letter
 from stream.settings import Settings
 from stream.sinks.clickhouse import ClickHouseSink, FlushStats, SinkFlushError
@@ -70,6 +77,8 @@ _RAW: dict[str, Any] = {
 #: Sink batch of the dead letters found while re-keying jobs (input partitions are >= 0).
 _REKEY_BATCH = -1
 _MAX_BACKOFF_S = 30.0
+#: A partition with more to read that delivered nothing for this long is read again.
+_STALL_SECONDS = 15.0
 
 Record = XidEvent | EccSample | JobEvent
 
@@ -96,7 +105,8 @@ class PartitionWorker:
     merger: EventTimeMerger[Record]
     #: Input topic -> offset of the last message applied (in the core, the merge or a dead letter).
     applied: dict[str, int] = field(default_factory=dict)
-    unacked: list[Any] = field(default_factory=list)
+    #: Messages applied since the last commit point.
+    uncommitted: int = 0
     incidents: dict[str, Incident] = field(default_factory=dict)
     letters: list[InvalidRecord] = field(default_factory=list)
     #: Records went through the core since the last commit point (released from the merge at
@@ -163,7 +173,7 @@ def build_app(settings: Settings) -> faust.App:
         topic_replication_factor=settings.topic_replication,
         topic_allow_declare=False,
         broker_commit_every=1000,
-        # Messages stay unacked until their partition's commit point; a rebalance must not wait for
+        # Nothing is acked to Faust (the worker commits its own offsets); a rebalance must not wait for
         # them (the partition's next owner redoes them from its checkpoint).
         stream_wait_empty=False,
         datadir=str(datadir),
@@ -172,9 +182,12 @@ def build_app(settings: Settings) -> faust.App:
         _count_deliveries(app)
     kinds = {settings.topic_xid: "xid", settings.topic_ecc: "ecc", settings.topic_jobs_by_node: "job"}
     sources = sorted(kinds.values())
-    jobs = app.topic(settings.topic_jobs, **_RAW)
+    # acks=False: Faust neither tracks nor commits these offsets; the commit points do.
+    jobs = app.topic(settings.topic_jobs, acks=False, **_RAW)
     jobs_by_node = app.topic(settings.topic_jobs_by_node, **_RAW)
-    inputs = app.topic(settings.topic_xid, settings.topic_ecc, settings.topic_jobs_by_node, **_RAW)
+    inputs = app.topic(
+        settings.topic_xid, settings.topic_ecc, settings.topic_jobs_by_node, acks=False, **_RAW
+    )
     incidents_topic = app.topic(settings.topic_incidents, **_RAW)
     dead_letter_topic = app.topic(settings.topic_dead_letters, **_RAW)
     metrics = WorkerMetrics()
@@ -194,6 +207,9 @@ def build_app(settings: Settings) -> faust.App:
         hint="Is the producer writing the JSON Schemas of schemas/jsonschema/?",
     )
     partitions: dict[int, PartitionWorker] = {}
+    positions: InputPositions[Any] = InputPositions(time.monotonic)
+    last_flush_failure = 0.0  # the agent waits while a flush is retried: no deliveries then
+    last_stall_check = time.monotonic()
     lock = asyncio.Lock()
 
     async def partition_state(number: int) -> PartitionWorker:
@@ -215,6 +231,8 @@ def build_app(settings: Settings) -> faust.App:
         else:
             checkpoint, size = loaded
             state = PartitionWorker.start(number, settings, sources, checkpoint, drained)
+            for topic, offset in checkpoint.offsets.items():
+                positions.expect(TP(topic, number), offset + 1)
             metrics.checkpoints_restored.inc()
             _log.info(
                 "partition %d: detector state restored from its checkpoint (%d bytes, offsets %s)",
@@ -225,6 +243,7 @@ def build_app(settings: Settings) -> faust.App:
 
     topic_of = {kind: topic for topic, kind in kinds.items()}
     rekeyed: dict[int, int] = {}  # jobs partition -> last offset whose re-keyed copies were delivered
+    rekeyed_committed: dict[int, int] = {}
 
     def caught_up(topic: str, partition: int, last_offset: int) -> bool:
         highwater = app.consumer.highwater(TP(topic, partition))
@@ -282,6 +301,8 @@ def build_app(settings: Settings) -> faust.App:
                 sink.flush(batch)
                 return True
             except SinkFlushError as exc:
+                nonlocal last_flush_failure
+                last_flush_failure = time.monotonic()
                 metrics.sink_flush_failures.inc()
                 _log.warning(
                     "batch %d: ClickHouse flush failed, nothing is committed; retrying in %.1f s: %s",
@@ -312,20 +333,15 @@ def build_app(settings: Settings) -> faust.App:
         size = await checkpoints.save(state.checkpoint())
         metrics.checkpoints_written.inc()
         metrics.checkpoint_bytes.labels(str(state.partition)).set(size)
-        await ack(state.unacked)  # only now may Faust commit these offsets
-        state.unacked.clear()
+        offsets = {TP(topic, state.partition): offset + 1 for topic, offset in state.applied.items()}
+        await app.consumer._commit_offsets(offsets)  # only now: everything before is safe
+        state.uncommitted = 0
         state.changed = False
         state.last_commit = time.monotonic()
         metrics.commits.inc()
 
-    detect_stream: Any = None
-
-    async def ack(events: list[Any]) -> None:
-        for event in events:
-            await detect_stream.ack(event)
-
     def commit_due(state: PartitionWorker) -> bool:
-        return (bool(state.unacked) or state.changed) and (
+        return (state.uncommitted > 0 or state.changed) and (
             sink.should_flush(state.partition)
             or time.monotonic() - state.last_commit >= settings.worker_flush_seconds
         )
@@ -334,7 +350,11 @@ def build_app(settings: Settings) -> faust.App:
     async def forget_revoked(_app: Any, revoked: set[Any], **_: Any) -> None:
         # Faust seeks every partition it is (re)assigned to its committed offset, so a partition's
         # in-memory progress past its checkpoint is redone, by whichever worker gets it.
+        positions.forget(revoked)
         for tp in revoked:
+            if tp.topic == settings.topic_jobs:
+                rekeyed.pop(tp.partition, None)
+                rekeyed_committed.pop(tp.partition, None)
             if tp.topic in kinds and partitions.pop(tp.partition, None) is not None:
                 sink.discard(tp.partition)
                 metrics.forget_partition(tp.partition, kinds)
@@ -359,11 +379,12 @@ def build_app(settings: Settings) -> faust.App:
     @crash_on_error
     async def rekey_jobs(stream: faust.StreamT[bytes]) -> None:
         # One message at a time: Faust's take()/take_events() buffers stalled a rebalance in tests.
-        jobs_stream = stream.noack()
-        async for event in jobs_stream.events():
+        async for event in stream.noack().events():
             message = event.message
             source = f"{message.topic}/{message.partition}"
             metrics.events_in.labels(message.topic).inc()
+            if not await next_in_line(message):
+                continue
             try:
                 job = decode("job", event.value, source, f"offset {message.offset}")
             except InvalidRecord as error:
@@ -380,8 +401,60 @@ def build_app(settings: Settings) -> faust.App:
                     for node in sorted(set(job.nodes))
                 ]
                 await asyncio.gather(*copies)  # delivered before the job message may be committed
-            rekeyed[message.partition] = max(message.offset, rekeyed.get(message.partition, -1))
-            await jobs_stream.ack(event)
+            rekeyed[message.partition] = message.offset  # committed by the timer
+
+    async def next_in_line(message: Any) -> bool:
+        """Whether a delivered message is its partition's next one (apply it). A repeat is
+        skipped; after a gap the partition is read again from its first unapplied offset."""
+        delivery = positions.check(message.tp, message.offset)
+        if delivery is Delivery.NEXT:
+            return True
+        if delivery is Delivery.REPEAT:
+            metrics.events_skipped.labels(message.topic).inc()
+        else:
+            await read_again(message.tp, positions.seek_to(message.tp), f"offset {message.offset} came")
+        return False
+
+    async def read_again(tp: Any, offset: int | None, why: str) -> None:
+        if offset is None:
+            return
+        metrics.input_rereads.labels(tp.topic).inc()
+        _log.warning(
+            "%s/%d: %s before offset %d; reading from there again", tp.topic, tp.partition, why, offset
+        )
+        await app.consumer.seek(tp, offset)
+
+    async def watch_for_stalls() -> None:
+        """Read again any input partition that has more to read but has delivered nothing for
+        ``_STALL_SECONDS`` (not while ClickHouse flushes fail: the agent is held then)."""
+        nonlocal last_stall_check
+        now = time.monotonic()
+        if now - last_stall_check < _STALL_SECONDS or now - last_flush_failure < _STALL_SECONDS:
+            return
+        last_stall_check = now
+        watched = [
+            tp for tp in app.consumer.assignment() if tp.topic in kinds or tp.topic == settings.topic_jobs
+        ]
+        if not watched:
+            return
+        ends = await app.consumer.highwaters(*watched)
+        committed = getattr(app.consumer, "_committed_offset", {})
+        for tp in watched:
+            offset = positions.stalled(tp, ends.get(tp), _STALL_SECONDS, start=committed.get(tp))
+            if offset is not None:
+                await read_again(
+                    tp, offset, f"nothing delivered for {_STALL_SECONDS:.0f} s, {ends[tp]} is the end,"
+                )
+
+    async def commit_rekeyed() -> None:
+        """Commit the jobs messages whose copies were all delivered."""
+        offsets = {
+            TP(settings.topic_jobs, partition): offset + 1
+            for partition, offset in rekeyed.items()
+            if rekeyed_committed.get(partition, -1) < offset
+        }
+        if offsets and await app.consumer._commit_offsets(offsets):
+            rekeyed_committed.update({tp.partition: offset - 1 for tp, offset in offsets.items()})
 
     async def handle(events: list[Any]) -> None:
         """Apply input messages to their partitions' state; commit the partitions that are due."""
@@ -397,12 +470,10 @@ def build_app(settings: Settings) -> faust.App:
             topic = message.topic
             metrics.events_in.labels(topic).inc()
             state = await partition_state(message.partition)
-            if message.offset <= state.applied.get(topic, -1):
-                metrics.events_skipped.labels(topic).inc()  # the restored checkpoint holds it
-                await ack([event])
+            if not await next_in_line(message):
                 continue
             state.applied[topic] = message.offset
-            state.unacked.append(event)
+            state.uncommitted += 1
             touched[state.partition] = state
             kind = kinds[topic]
             source = f"{topic}/{message.partition}"
@@ -422,12 +493,10 @@ def build_app(settings: Settings) -> faust.App:
     @app.agent(inputs)
     @crash_on_error
     async def detect(stream: faust.StreamT[bytes]) -> None:
-        nonlocal detect_stream
-        detect_stream = stream.noack()
-        async for event in detect_stream.events():
+        async for event in stream.noack().events():
             async with lock:
                 await handle([event])
-        # The stream ended (shutdown): uncommitted work is not acked and is redone on restart.
+        # The stream ended (shutdown): uncommitted work is redone from the checkpoint on restart.
 
     @app.timer(interval=max(settings.worker_flush_seconds / 2, 0.2))
     async def release_idle() -> None:
@@ -440,12 +509,14 @@ def build_app(settings: Settings) -> faust.App:
         if os.environ.get("FAULTSTREAM_DEBUG_FETCH"):
             _debug_fetch_state(app, partitions)
         async with lock:
+            await commit_rekeyed()
+            await watch_for_stalls()
             for state in list(partitions.values()):
                 metrics.late_events.inc(state.process_released(sink, settings.allowed_lateness_seconds))
                 if commit_due(state):
                     await commit(state)
             for number, state in partitions.items():
-                metrics.uncommitted.labels(str(number)).set(len(state.unacked) + int(state.changed))
+                metrics.uncommitted.labels(str(number)).set(state.uncommitted + int(state.changed))
                 metrics.held_back.labels(str(number)).set(len(state.merger))
                 for topic in kinds:
                     highwater = app.consumer.highwater(TP(topic, number))
@@ -519,7 +590,7 @@ def _debug_fetch_state(app: Any, partitions: dict[int, PartitionWorker]) -> None
                     f"paused={st.paused} valid={st.has_valid_position} reset={st._reset_strategy}"
                 )
     for n, st in partitions.items():
-        lines.append(f"  state {n}: applied={st.applied} unacked={len(st.unacked)} held={len(st.merger)}")
+        lines.append(f"  state {n}: applied={st.applied} uncommitted={st.uncommitted} held={len(st.merger)}")
     _log.info("fetch state:\n%s", "\n".join(lines))
 
 
