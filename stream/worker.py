@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -178,8 +177,6 @@ def build_app(settings: Settings) -> faust.App:
         stream_wait_empty=False,
         datadir=str(datadir),
     )
-    if os.environ.get("FAULTSTREAM_DEBUG_FETCH"):
-        _count_deliveries(app)
     kinds = {settings.topic_xid: "xid", settings.topic_ecc: "ecc", settings.topic_jobs_by_node: "job"}
     sources = sorted(kinds.values())
     # acks=False: Faust neither tracks nor commits these offsets; the commit points do.
@@ -506,8 +503,6 @@ def build_app(settings: Settings) -> faust.App:
         # if the queue is still full, Faust takes them off again at the next message.
         for tp in app.consumer.assignment():
             app.consumer.on_buffer_drop(tp)
-        if os.environ.get("FAULTSTREAM_DEBUG_FETCH"):
-            _debug_fetch_state(app, partitions)
         async with lock:
             await commit_rekeyed()
             await watch_for_stalls()
@@ -544,54 +539,6 @@ def build_app(settings: Settings) -> faust.App:
             await checkpoints.stop()
 
     return app
-
-
-_DELIVERED: dict[Any, int] = {}
-
-
-def _count_deliveries(app: Any) -> None:
-    original = app.topics.on_message  # the consumer's callback, bound when the consumer is made
-
-    async def counting(message: Any) -> Any:
-        _DELIVERED[message.tp] = _DELIVERED.get(message.tp, 0) + 1
-        return await original(message)
-
-    app.topics.on_message = counting
-
-
-def _debug_fetch_state(app: Any, partitions: dict[int, PartitionWorker]) -> None:
-    c = app.consumer
-    thread = getattr(c, "_thread", None)
-    ak = getattr(thread, "_consumer", None)
-    conductor = app.topics
-    lines = [
-        f"suspend_flow={c.suspend_flow.is_set()} flow_control_active={app.flow_control.is_active()} "
-        f"gen={app.consumer_generation_id} rebalancing={app.rebalancing}",
-        f"tp_index={ {tuple(tp): len(ch) for tp, ch in conductor._tp_index.items()} } "
-        f"callbacks={sorted(map(tuple, conductor._tp_to_callback))}",
-        f"read_offset={ {tuple(tp): o for tp, o in c._read_offset.items()} } "
-        f"committed={ {tuple(tp): o for tp, o in c._committed_offset.items()} }",
-        f"delivered={ {tuple(tp): n for tp, n in _DELIVERED.items()} }",
-    ]
-    lines += [
-        f"active={sorted(map(tuple, c._active_partitions or []))} "
-        f"buffered={sorted(map(tuple, c._buffered_partitions))} "
-        f"paused={sorted(map(tuple, c._paused_partitions))} flow={c.flow_active}"
-    ]
-    if ak is not None:
-        assignment = ak._subscription.subscription.assignment if ak._subscription.subscription else None
-        cached = {tuple(tp): (type(r).__name__) for tp, r in ak._fetcher._records.items()}
-        lines.append(f"cached={cached}")
-        if assignment is not None:
-            for tp in sorted(assignment.tps):
-                st = assignment.state_value(tp)
-                lines.append(
-                    f"  {tp.topic}/{tp.partition} pos={st._position} hw={st.highwater} "
-                    f"paused={st.paused} valid={st.has_valid_position} reset={st._reset_strategy}"
-                )
-    for n, st in partitions.items():
-        lines.append(f"  state {n}: applied={st.applied} uncommitted={st.uncommitted} held={len(st.merger)}")
-    _log.info("fetch state:\n%s", "\n".join(lines))
 
 
 def run_worker(settings: Settings) -> None:
