@@ -438,8 +438,21 @@ class WorkerRuntime:
             offset = self.positions.stalled(tp, ends.get(tp), STALL_SECONDS, start=start)
             if offset is not None:
                 state = self._fetch_state(tp)
+                self._refetch(tp)
                 why = f"nothing delivered for {STALL_SECONDS:.0f} s, {ends[tp]} is the end ({state}),"
                 await self._read_again(tp, offset, why)
+
+    def _refetch(self, tp: Any) -> None:
+        """Put a stalled partition back on Faust's fetch list. Faust drops it while the agent's
+        queue is under pressure and should put it back when the queue drains; in our tests it
+        sometimes never did, and the partition's records were no longer fetched or delivered."""
+        consumer = self.app.consumer
+        if self.app.rebalancing or tp in consumer._paused_partitions:
+            return  # paused on purpose (a rebalance or recovery): Faust resumes it
+        consumer._buffered_partitions.discard(tp)
+        active = consumer._active_partitions
+        if active is not None:
+            active.add(tp)
 
     def _fetch_state(self, tp: Any) -> str:
         """Where Faust's and aiokafka's fetchers stand on a partition, for the stall warning."""
