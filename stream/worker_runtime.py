@@ -10,6 +10,7 @@ revoked partitions. Every call that touches partition state runs under :attr:`Wo
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 from collections.abc import Callable
@@ -470,7 +471,8 @@ class WorkerRuntime:
             cached = kafka._fetcher._records.get(ktp)
             return (
                 f"{faust_state}; aiokafka: position={state._position} paused={state.paused} "
-                f"cached={type(cached).__name__ if cached is not None else None}"
+                f"cached={type(cached).__name__ if cached is not None else None}; "
+                f"fetcher awaits: {_fetcher_awaits()}"
             )
         except Exception as exc:  # private attributes of two libraries: best effort only
             return f"fetch state unavailable: {exc!r}"
@@ -492,3 +494,26 @@ class WorkerRuntime:
     async def stop(self) -> None:
         if self.checkpoints_started:
             await self.checkpoints.stop()
+
+
+def _fetcher_awaits() -> str:
+    """Where Faust's fetcher task is suspended: its chain of awaits, innermost last."""
+    for task in asyncio.all_tasks():
+        if "Fetcher._fetcher" not in repr(task.get_coro()):
+            continue
+        chain: list[str] = []
+        awaited: Any = task.get_coro()
+        frame: Any = None
+        while awaited is not None and len(chain) < 20:
+            if type(awaited).__name__ == "async_generator_asend" and frame is not None:
+                # The awaited generator is only reachable from the awaiting frame's locals.
+                awaited = next((v for v in frame.f_locals.values() if inspect.isasyncgen(v)), None)
+                continue
+            frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "ag_frame", None)
+            if frame is not None:
+                chain.append(f"{frame.f_code.co_name}:{frame.f_lineno}")
+            else:
+                chain.append(repr(awaited)[:120])
+            awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "ag_await", None)
+        return " > ".join(chain)
+    return "no fetcher task"
