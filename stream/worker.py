@@ -51,7 +51,7 @@ from stream.settings import Settings
 from stream.sinks.clickhouse import ClickHouseSink, FlushStats
 from stream.sinks.dead_letters import DeadLetterLimitExceeded
 from stream.store import connect
-from stream.worker_runtime import WorkerRuntime, WorkerTopics
+from stream.worker_runtime import WorkerRuntime, WorkerStalled, WorkerTopics
 
 __all__ = ["build_app", "run_worker"]
 
@@ -145,7 +145,12 @@ def build_app(settings: Settings) -> faust.App:
         for tp in app.consumer.assignment():
             app.consumer.on_buffer_drop(tp)
         async with runtime.lock:
-            await runtime.tick()
+            try:
+                await runtime.tick()
+            except WorkerStalled as exc:
+                # Crash-only: a restart reads everything since the last commit point again.
+                _log.error("stopping the worker so that it is restarted: %s", exc)
+                await app.crash(exc)
 
     @app.on_partitions_revoked.connect
     async def forget_revoked(_app: Any, revoked: set[Any], **_: Any) -> None:

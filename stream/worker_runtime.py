@@ -32,7 +32,7 @@ from stream.settings import Settings
 from stream.sinks.clickhouse import ClickHouseSink, SinkFlushError
 from stream.sinks.dead_letters import DeadLetterLimitExceeded, DeadLetterPolicy, reason_class, to_dead_letter
 
-__all__ = ["PartitionWorker", "WorkerRuntime", "WorkerTopics", "decode"]
+__all__ = ["PartitionWorker", "WorkerRuntime", "WorkerStalled", "WorkerTopics", "decode"]
 
 _log = logging.getLogger("faultstream.worker")
 
@@ -43,6 +43,11 @@ _MAX_BACKOFF_S = 30.0
 STALL_SECONDS = 15.0
 
 Record = XidEvent | EccSample | JobEvent
+
+
+class WorkerStalled(RuntimeError):
+    """An input partition delivers nothing although it has messages to read, even after it was
+    read again: the worker stops so that its supervisor restarts it (from the last commit point)."""
 
 
 def decode(topic_kind: str, value: bytes, source: str, location: str) -> Record:
@@ -165,6 +170,7 @@ class WorkerRuntime:
         self._rekeyed_committed: dict[int, int] = {}
         self._last_flush_failure = 0.0  # the agent waits while a flush is retried: no deliveries then
         self._last_stall_check = time.monotonic()
+        self._stalls: dict[Any, int] = {}  # partition -> stall checks in a row without a delivery
 
     # -- input ------------------------------------------------------------------------------
 
@@ -226,6 +232,8 @@ class WorkerRuntime:
         skipped; after a gap the partition is read again from its first unapplied offset."""
         delivery = self.positions.check(message.tp, message.offset)
         if delivery is Delivery.NEXT:
+            if self._stalls:
+                self._stalls.pop(message.tp, None)
             return True
         if delivery is Delivery.REPEAT:
             self.metrics.events_skipped.labels(message.topic).inc()
@@ -439,6 +447,13 @@ class WorkerRuntime:
             offset = self.positions.stalled(tp, ends.get(tp), STALL_SECONDS, start=start)
             if offset is not None:
                 state = self._fetch_state(tp)
+                self._stalls[tp] = self._stalls.get(tp, 0) + 1
+                if self._stalls[tp] > 1:
+                    raise WorkerStalled(
+                        f"input partition {tp.topic}/{tp.partition} stalled: nothing delivered from offset "
+                        f"{offset} (end {ends[tp]}) for {STALL_SECONDS * self._stalls[tp]:.0f} s, even after "
+                        f"reading it again ({state})"
+                    )
                 self._refetch(tp)
                 why = f"nothing delivered for {STALL_SECONDS:.0f} s, {ends[tp]} is the end ({state}),"
                 await self._read_again(tp, offset, why)
