@@ -241,7 +241,7 @@ def _line(value: bytes | None, options: TailOptions, news: Callable[[dict[str, A
     try:
         incident = orjson.loads(value or b"")
     except orjson.JSONDecodeError:
-        return None if options.as_json else f"(not an incident: {value[:80]!r})"
+        return None if options.as_json else f"(not an incident: {(value or b'')[:80]!r})"
     if not isinstance(incident, dict) or not options.only(incident) or not news(incident):
         return None
     return value.decode() if options.as_json and value else format_line(incident, options.colour)
