@@ -242,9 +242,14 @@ def _line(value: bytes | None, options: TailOptions, news: Callable[[dict[str, A
         incident = orjson.loads(value or b"")
     except orjson.JSONDecodeError:
         return None if options.as_json else f"(not an incident: {(value or b'')[:80]!r})"
-    if not isinstance(incident, dict) or not options.only(incident) or not news(incident):
-        return None
-    return value.decode() if options.as_json and value else format_line(incident, options.colour)
+    if not isinstance(incident, dict):
+        return None if options.as_json else f"(not an incident: {(value or b'')[:80]!r})"
+    try:
+        if not options.only(incident) or not news(incident):
+            return None
+        return value.decode() if options.as_json and value else format_line(incident, options.colour)
+    except (TypeError, ValueError):  # a field of the wrong type: show it rather than stop the console
+        return None if options.as_json else f"(malformed incident: {(value or b'')[:80]!r})"
 
 
 def _iso(ms: int) -> str:

@@ -87,6 +87,8 @@ def test_json_mode_passes_the_message_through_and_drops_repeats() -> None:
     assert _line(raw, options, news) is None
     assert _line(b"{broken", options, news) is None  # nothing that is not JSON reaches a pipe
     assert _line(b"{broken", TailOptions("127.0.0.1:1", "t"), _News()) == "(not an incident: b'{broken')"
+    bad_version = orjson.dumps(incident(version="two"))
+    assert _line(bad_version, TailOptions("127.0.0.1:1", "t"), _News()).startswith("(malformed incident: ")
 
 
 def test_since_takes_durations_and_times() -> None:
