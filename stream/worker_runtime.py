@@ -514,7 +514,7 @@ class WorkerRuntime:
 def _fetcher_awaits() -> str:
     """Where Faust's fetcher task is suspended: its chain of awaits, innermost last."""
     for task in asyncio.all_tasks():
-        if "Fetcher._fetcher" not in repr(task.get_coro()):
+        if "Fetcher._fetcher" not in task.get_name() + repr(task.get_coro()):
             continue
         chain: list[str] = []
         awaited: Any = task.get_coro()
