@@ -3,12 +3,15 @@
 =====================  =========  ===============================================================
 topic                  key        config and why
 =====================  =========  ===============================================================
-xid, ecc               node       delete, 7 days: raw inputs, replayable from files for longer
-jobs                   job id     delete, 7 days, ONE partition: job changes are few (thousands a
-                                  day) and one partition keeps them in event-time order, so the
+xid, ecc               node       delete by size (``topic_retention_bytes`` per partition), never
+                                  by age: message timestamps are event times, so age retention
+                                  would delete a replay of last month's logs within minutes (it
+                                  did, in our tests: the worker found its next offsets gone)
+jobs                   job id     the same, ONE partition: job changes are few (thousands a day)
+                                  and one partition keeps them in event-time order, so the
                                   re-keyed copies reach each node partition in that order too
-jobs-by-node           node       delete, 7 days: internal, the jobs re-keyed to their nodes so
-                                  a job's end meets its nodes' evidence in one partition
+jobs-by-node           node       the same: internal, the jobs re-keyed to their nodes (with the
+                                  jobs' event times) so a job's end meets its nodes' evidence
 incidents              node       delete, 30 days: every incident of a node and every update of
                                   it lands on one partition in the order it was made, so an SRE
                                   console or pager reading some nodes sees their story in order;
@@ -52,7 +55,8 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
     partitions, replication = settings.topic_partitions, settings.topic_replication
     raw = {
         "cleanup.policy": "delete",
-        "retention.ms": str(7 * DAY_MS),
+        "retention.ms": "-1",
+        "retention.bytes": str(settings.topic_retention_bytes),
         "message.timestamp.type": "CreateTime",
     }
     return [

@@ -37,6 +37,12 @@ class WorkerMetrics:
             ["topic"],
             registry=registry,
         )
+        self.input_lost = Counter(
+            "faultstream_input_lost",
+            "Input messages the broker deleted (retention) before the worker read them.",
+            ["topic"],
+            registry=registry,
+        )
         self.incidents_out = Counter(
             "faultstream_incidents_out", "Incident updates sent to the incidents topic.", registry=registry
         )

@@ -103,6 +103,12 @@ class Settings:
         "that can share the load); the jobs topic has one.",
     )
     topic_replication: int = setting(1, "Replication factor of the topics faultstream creates.")
+    topic_retention_bytes: int = setting(
+        10 * 1024**3,
+        "Size kept per partition of the input topics (xid, ecc, jobs, jobs-by-node). They are "
+        "retained by size, not age: their message timestamps are event times, and age retention "
+        "would delete replayed history as soon as the broker looks.",
+    )
     worker_app_id: str = setting("faultstream", "Faust application id: the consumer group of the workers.")
     worker_flush_seconds: float = setting(
         2.0,

@@ -245,6 +245,18 @@ class WorkerRuntime:
     async def _read_again(self, tp: Any, offset: int | None, why: str) -> None:
         if offset is None:
             return
+        beginning = (await self.app.consumer.earliest_offsets(tp)).get(tp)
+        if beginning is not None and offset < beginning:
+            # Gone for good: say so loudly, count it, and go on from what is left.
+            self.metrics.input_lost.labels(tp.topic).inc(beginning - offset)
+            _log.error(
+                "%s/%d: offsets %d to %d were deleted by the broker before this worker read them "
+                "(retention: FAULTSTREAM_TOPIC_RETENTION_BYTES); going on from offset %d",
+                tp.topic, tp.partition, offset, beginning - 1, beginning,
+            )  # fmt: skip
+            self.positions.expect(tp, beginning)
+            self._stalls.pop(tp, None)
+            offset = beginning
         self.metrics.input_rereads.labels(tp.topic).inc()
         _log.warning(
             "%s/%d: %s before offset %d; reading from there again", tp.topic, tp.partition, why, offset
@@ -487,7 +499,7 @@ class WorkerRuntime:
             return (
                 f"{faust_state}; aiokafka: position={state._position} paused={state.paused} "
                 f"cached={type(cached).__name__ if cached is not None else None}; "
-                f"fetcher awaits: {_fetcher_awaits()}"
+                f"fetcher awaits: {_fetcher_awaits(getattr(consumer._thread, 'thread_loop', None))}"
             )
         except Exception as exc:  # private attributes of two libraries: best effort only
             return f"fetch state unavailable: {exc!r}"
@@ -511,24 +523,40 @@ class WorkerRuntime:
             await self.checkpoints.stop()
 
 
-def _fetcher_awaits() -> str:
-    """Where Faust's fetcher task is suspended: its chain of awaits, innermost last."""
-    for task in asyncio.all_tasks():
-        if "Fetcher._fetcher" not in task.get_name() + repr(task.get_coro()):
+def _await_chain(coro: Any) -> str:
+    """A suspended coroutine's chain of awaits, innermost last."""
+    chain: list[str] = []
+    awaited: Any = coro
+    frame: Any = None
+    while awaited is not None and len(chain) < 25:
+        if type(awaited).__name__ == "async_generator_asend" and frame is not None:
+            # The awaited generator is only reachable from the awaiting frame's locals.
+            awaited = next((v for v in frame.f_locals.values() if inspect.isasyncgen(v)), None)
             continue
-        chain: list[str] = []
-        awaited: Any = task.get_coro()
-        frame: Any = None
-        while awaited is not None and len(chain) < 20:
-            if type(awaited).__name__ == "async_generator_asend" and frame is not None:
-                # The awaited generator is only reachable from the awaiting frame's locals.
-                awaited = next((v for v in frame.f_locals.values() if inspect.isasyncgen(v)), None)
-                continue
-            frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "ag_frame", None)
-            if frame is not None:
-                chain.append(f"{frame.f_code.co_name}:{frame.f_lineno}")
-            else:
-                chain.append(repr(awaited)[:120])
-            awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "ag_await", None)
-        return " > ".join(chain)
-    return "no fetcher task"
+        frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "ag_frame", None)
+        if frame is not None:
+            timeout = frame.f_locals.get("timeout", "-")
+            chain.append(
+                f"{frame.f_code.co_name}:{frame.f_lineno}"
+                + (f"(timeout={timeout})" if timeout != "-" else "")
+            )
+        else:
+            chain.append(repr(awaited)[:160])
+        awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "ag_await", None)
+    return " > ".join(chain)
+
+
+def _fetcher_awaits(thread_loop: Any = None) -> str:
+    """Where Faust's fetcher task is suspended, and the consumer thread's fetch call."""
+    found = [
+        _await_chain(task.get_coro())
+        for task in asyncio.all_tasks()
+        if "Fetcher._fetcher" in task.get_name() + repr(task.get_coro())
+    ]
+    if thread_loop is not None:
+        found += [
+            "thread: " + chain
+            for task in asyncio.all_tasks(thread_loop)
+            if "fetch" in (chain := _await_chain(task.get_coro()))
+        ]
+    return " | ".join(found) or "no fetcher task"

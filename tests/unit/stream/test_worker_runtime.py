@@ -24,6 +24,7 @@ class FakeConsumer:
         self._committed_offset = {ECC: 100}
         self._read_offset = {ECC: 99}
         self.flow_active = True
+        self.log_start = 0
         self.seeks: list[tuple[Any, int]] = []
 
     def assignment(self) -> set[Any]:
@@ -34,6 +35,9 @@ class FakeConsumer:
 
     async def seek(self, tp: Any, offset: int) -> None:
         self.seeks.append((tp, offset))
+
+    async def earliest_offsets(self, *tps: Any) -> dict[Any, int]:
+        return {tp: self.log_start for tp in tps}
 
 
 class FakeApp:
@@ -98,3 +102,13 @@ def test_nothing_happens_while_clickhouse_flushes_fail(clock: list[float]) -> No
     runtime._last_flush_failure = clock[0] + STALL_SECONDS - 1  # the agent is held by the retries
     look(runtime, clock)
     assert app.consumer.seeks == []
+
+
+def test_offsets_the_broker_deleted_are_counted_as_lost_and_reading_goes_on(clock: list[float]) -> None:
+    runtime, app = make_runtime()
+    app.consumer.log_start = 300  # age or size retention deleted offsets 100..299
+    look(runtime, clock)
+    look(runtime, clock)
+    assert app.consumer.seeks == [(ECC, 300)]
+    assert runtime.metrics.input_lost.labels("t.ecc")._value.get() == 200
+    assert runtime.positions.next_offset(ECC) == 300
