@@ -17,6 +17,7 @@ from pathlib import Path
 import orjson
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import TopicAlreadyExistsError
 
 from schemas.records import EccSample, InvalidRecord, JobEvent, XidEvent
@@ -37,7 +38,8 @@ def record_key(record: XidEvent | EccSample | JobEvent) -> bytes:
 
 
 async def create_topics(settings: Settings) -> list[tuple[str, str]]:
-    """Create the topics with their configs; return ``(topic, "created" | "exists")`` for each."""
+    """Create the topics with their configs, or set the configs of those that exist; return
+    ``(topic, "created" | "exists, config set")`` for each."""
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=30_000)
     await admin.start()
     outcome = []
@@ -47,16 +49,28 @@ async def create_topics(settings: Settings) -> list[tuple[str, str]]:
             try:
                 response = await admin.create_topics([topic])
             except TopicAlreadyExistsError:
-                outcome.append((spec.name, "exists"))
-                continue
-            errors = [e for e in getattr(response, "topic_errors", []) if e[1] not in (0, 36)]
-            if errors:
-                raise RuntimeError(f"Kafka refused to create {spec.name}: {errors}")
-            exists = any(e[1] == 36 for e in getattr(response, "topic_errors", []))
-            outcome.append((spec.name, "exists" if exists else "created"))
+                exists = True
+            else:
+                errors = [e for e in getattr(response, "topic_errors", []) if e[1] not in (0, 36)]
+                if errors:
+                    raise RuntimeError(f"Kafka refused to create {spec.name}: {errors}")
+                exists = any(e[1] == 36 for e in getattr(response, "topic_errors", []))
+            if exists:
+                # An existing topic gets this version's config (an older one kept inputs 7 days
+                # by age, which deletes replayed history); its partition count is left alone.
+                await _set_config(admin, spec.name, spec.config)
+            outcome.append((spec.name, "exists, config set" if exists else "created"))
     finally:
         await admin.close()
     return outcome
+
+
+async def _set_config(admin: AIOKafkaAdminClient, topic: str, config: dict[str, str]) -> None:
+    resource = ConfigResource(ConfigResourceType.TOPIC, topic, configs=config)
+    for response in await admin.alter_configs([resource]):
+        for code, message, *_ in getattr(response, "resources", []):
+            if code:
+                raise RuntimeError(f"Kafka refused the config of {topic}: error {code} {message or ''}")
 
 
 @dataclass(slots=True)
