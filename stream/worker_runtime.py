@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from aiokafka.errors import KafkaError
 from faust.types import TP
 
 from detectors.core import DetectionCore
@@ -245,6 +246,14 @@ class WorkerRuntime:
     async def _read_again(self, tp: Any, offset: int | None, why: str) -> None:
         if offset is None:
             return
+        if self.app.rebalancing or tp not in self.app.consumer.assignment():
+            return  # no longer ours, or about to change hands: the next owner reads it from the commit
+        try:
+            await self._seek_from(tp, offset, why)
+        except (AssertionError, KafkaError) as exc:  # revoked in the meantime (aiokafka asserts it)
+            _log.info("%s/%d: not read again, it changed hands: %r", tp.topic, tp.partition, exc)
+
+    async def _seek_from(self, tp: Any, offset: int, why: str) -> None:
         beginning = (await self.app.consumer.earliest_offsets(tp)).get(tp)
         if beginning is not None and offset < beginning:
             # Gone for good: say so loudly, count it, and go on from what is left.
@@ -448,9 +457,13 @@ class WorkerRuntime:
             for tp in self.app.consumer.assignment()
             if tp.topic in self.topics.kinds or tp.topic == self.topics.jobs
         ]
-        if not watched:
+        if not watched or self.app.rebalancing:
             return
-        ends = await self.app.consumer.highwaters(*watched)
+        try:
+            ends = await self.app.consumer.highwaters(*watched)
+        except (AssertionError, KafkaError) as exc:  # the assignment changed under the request
+            _log.info("stall check skipped: %r", exc)
+            return
         committed = getattr(self.app.consumer, "_committed_offset", {})
         for tp in watched:
             # Nothing applied yet: reading starts at the committed offset, else at the beginning
