@@ -178,11 +178,7 @@ class WorkerRuntime:
     async def apply(self, event: Any) -> None:
         """Apply one input message to its partition's state; commit the partition if it is due."""
         message = event.message
-        if message.generation_id != self.app.consumer_generation_id or (
-            message.tp not in self.app.consumer.assignment()
-        ):
-            # Fetched before a rebalance: whoever owns the partition now reads it again
-            # from the committed offset.
+        if self._stale(message):
             return
         topic = message.topic
         self.metrics.events_in.labels(topic).inc()
@@ -206,6 +202,8 @@ class WorkerRuntime:
     async def rekey(self, event: Any) -> None:
         """Send a job state change to the jobs-by-node topic once per node of the job."""
         message = event.message
+        if self._stale(message):
+            return
         source = f"{message.topic}/{message.partition}"
         self.metrics.events_in.labels(message.topic).inc()
         if not await self._next_in_line(message):
@@ -227,6 +225,14 @@ class WorkerRuntime:
             ]
             await asyncio.gather(*copies)  # delivered before the job message may be committed
         self._rekeyed[message.partition] = message.offset  # committed by tick()
+
+    def _stale(self, message: Any) -> bool:
+        """Fetched before a rebalance: whoever owns the partition now reads it again from the
+        committed offset."""
+        return bool(
+            message.generation_id != self.app.consumer_generation_id
+            or message.tp not in self.app.consumer.assignment()
+        )
 
     async def _next_in_line(self, message: Any) -> bool:
         """Whether a delivered message is its partition's next one (apply it). A repeat is
