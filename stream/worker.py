@@ -138,12 +138,6 @@ def build_app(settings: Settings) -> faust.App:
 
     @app.timer(interval=max(settings.worker_flush_seconds / 2, 0.2))
     async def tick() -> None:
-        # Faust takes a partition off the fetcher while the agent's queue is under pressure and
-        # should put it back once the queue drains; that callback was lost once (a worker stalled
-        # with its ECC partitions off the fetcher and an empty queue). Put them back: if the queue
-        # is still full, Faust takes them off again at the next message.
-        for tp in app.consumer.assignment():
-            app.consumer.on_buffer_drop(tp)
         async with runtime.lock:
             try:
                 await runtime.tick()

@@ -491,8 +491,9 @@ class WorkerRuntime:
 
     def _refetch(self, tp: Any) -> None:
         """Put a stalled partition back on Faust's fetch list. Faust drops it while the agent's
-        queue is under pressure and should put it back when the queue drains; in our tests it
-        sometimes never did, and the partition's records were no longer fetched or delivered."""
+        queue is under pressure and relies on a callback to put it back when the queue drains;
+        a lost callback was suspected before the stalls were traced to the broker's retention
+        (every stall seen showed the partition active), so this is a cheap safety net only."""
         consumer = self.app.consumer
         if self.app.rebalancing or tp in consumer._paused_partitions:
             return  # paused on purpose (a rebalance or recovery): Faust resumes it
@@ -554,11 +555,7 @@ def _await_chain(coro: Any) -> str:
             continue
         frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "ag_frame", None)
         if frame is not None:
-            timeout = frame.f_locals.get("timeout", "-")
-            chain.append(
-                f"{frame.f_code.co_name}:{frame.f_lineno}"
-                + (f"(timeout={timeout})" if timeout != "-" else "")
-            )
+            chain.append(f"{frame.f_code.co_name}:{frame.f_lineno}")
         else:
             chain.append(repr(awaited)[:160])
         awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "ag_await", None)
