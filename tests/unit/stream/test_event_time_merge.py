@@ -3,14 +3,7 @@
 from __future__ import annotations
 
 from stream.event_time_merge import EventTimeMerger
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.services.clock import Clock
 
 
 def test_records_come_out_in_event_time_order_across_sources() -> None:

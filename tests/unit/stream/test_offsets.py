@@ -3,14 +3,7 @@
 from __future__ import annotations
 
 from stream.offsets import Delivery, InputPositions
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.services.clock import Clock
 
 
 def test_the_first_message_sets_the_position_and_repeats_are_recognised() -> None:
