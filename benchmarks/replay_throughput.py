@@ -19,10 +19,10 @@ import sys
 import time
 from pathlib import Path
 
-from stream.parsers.options import ParseOptions
+from stream.inputs.parsers.options import ParseOptions
 from stream.replay import read_records, replay
 from stream.settings import Settings
-from stream.store import connect
+from stream.sinks.store import connect
 
 
 def main() -> int:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from detectors.core import CoreConfig, DetectionCore
 from schemas.records import InvalidRecord
-from stream.parsers.options import ParseOptions
+from stream.inputs.parsers.options import ParseOptions
 from stream.replay import read_records
 
 

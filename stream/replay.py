@@ -23,9 +23,9 @@ from detectors.core import DetectionCore, Emitted
 from schemas.outputs import DeadLetter
 from schemas.records import EccSample, InvalidRecord, JobEvent, XidEvent
 from schemas.timeutil import format_ts
-from stream.parsers import Format, detect_format, open_input, parse_file, parse_open_file
-from stream.parsers.detect import InputFile
-from stream.parsers.options import ParseOptions
+from stream.inputs.parsers import Format, detect_format, open_input, parse_file, parse_open_file
+from stream.inputs.parsers.detect import InputFile
+from stream.inputs.parsers.options import ParseOptions
 from stream.settings import Settings
 from stream.sinks.clickhouse import ClickHouseSink, SinkFlushError, flush_with_retry
 from stream.sinks.dead_letters import DeadLetterFile, DeadLetterPolicy, to_dead_letter

@@ -14,7 +14,7 @@ import pytest
 from clickhouse_connect.driver.client import Client
 
 from stream.settings import Settings
-from stream.store import connect
+from stream.sinks.store import connect
 
 _database_numbers = itertools.count()
 
@@ -38,7 +38,7 @@ def chdb_client(chdb_path: Path) -> Client:
 def store(chdb_client: Client, chdb_path: Path) -> Iterator[tuple[Client, Settings]]:
     """A fresh database (schema applied) in the session's embedded ClickHouse."""
     settings = Settings(clickhouse_dsn=f"chdb://{chdb_path}", database=f"fs_test_{next(_database_numbers)}")
-    from stream.store import init_db
+    from stream.sinks.store import init_db
 
     init_db(chdb_client, settings)
     yield chdb_client, settings

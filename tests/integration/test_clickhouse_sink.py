@@ -107,8 +107,8 @@ def test_failed_flush_keeps_the_batch_and_a_retry_writes_it(store):
 def test_replay_waits_out_a_clickhouse_outage_and_loses_nothing(store, caplog):
     from pathlib import Path
 
-    from stream.parsers import parse_file
-    from stream.parsers.options import ParseOptions
+    from stream.inputs.parsers import parse_file
+    from stream.inputs.parsers.options import ParseOptions
     from stream.replay import replay
 
     client, settings = store

@@ -16,9 +16,9 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from schemas.records import EccSample, InvalidRecord, JobEvent, XidEvent
-from stream.kafka_io import record_key
-from stream.parsers import parse_file
-from stream.parsers.options import ParseOptions
+from stream.inputs.parsers import parse_file
+from stream.inputs.parsers.options import ParseOptions
+from stream.kafka.publish import record_key
 from tests.services import kafka
 from tests.services.kafka import consume
 

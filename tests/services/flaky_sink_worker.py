@@ -15,8 +15,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from stream import cli, worker
-from stream.store import connect
+from stream import cli
+from stream.sinks.store import connect
+from stream.worker import app as worker_app
 
 
 class _FlakyClient:
@@ -38,5 +39,5 @@ def _flaky_connect(*args: Any, **kwargs: Any) -> Any:
 
 
 if __name__ == "__main__":
-    worker.connect = _flaky_connect  # type: ignore[attr-defined]
+    worker_app.connect = _flaky_connect  # type: ignore[attr-defined]
     sys.exit(cli.main())

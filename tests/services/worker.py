@@ -122,7 +122,7 @@ class Worker:
         self._log.close()
 
 
-#: What a worker logs when it stops itself because an input partition stalled (stream.worker).
+#: What a worker logs when it stops itself because an input partition stalled (stream.worker.app).
 STALLED = "stopping the worker so that it is restarted"
 
 

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from schemas.ddl import ddl_statements
-from stream.kafka_topics import topic_specs
+from stream.kafka.topics import topic_specs
 from stream.settings import Settings
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()

@@ -1,0 +1,5 @@
+"""``python -m stream.cli``."""
+
+from stream.cli.main import main
+
+raise SystemExit(main())

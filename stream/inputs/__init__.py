@@ -1,0 +1,1 @@
+"""Inputs: parsers of the real formats, and the event-time merge of input files."""

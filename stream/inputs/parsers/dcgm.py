@@ -1,0 +1,293 @@
+"""DCGM exporter scrapes (Prometheus text format) -> ECC samples and XID events.
+
+Read metrics (everything else, ``# HELP``/``# TYPE`` and comments are skipped silently):
+
+=============================================  ===============================
+metric                                         EccSample counter
+=============================================  ===============================
+``DCGM_FI_DEV_ECC_SBE_VOL_TOTAL``              ``sbe_volatile``
+``DCGM_FI_DEV_ECC_DBE_VOL_TOTAL``              ``dbe_volatile``
+``DCGM_FI_DEV_ECC_SBE_AGG_TOTAL``              ``sbe_aggregate``
+``DCGM_FI_DEV_ECC_DBE_AGG_TOTAL``              ``dbe_aggregate``
+``DCGM_FI_DEV_RETIRED_SBE``                    ``retired_pages_sbe``
+``DCGM_FI_DEV_RETIRED_DBE``                    ``retired_pages_dbe``
+``DCGM_FI_DEV_RETIRED_PENDING``                ``retired_pages_pending``
+``DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS``      ``remapped_rows_correctable``
+``DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS``    ``remapped_rows_uncorrectable``
+``DCGM_FI_DEV_ROW_REMAP_PENDING``              ``remap_pending``
+``DCGM_FI_DEV_ROW_REMAP_FAILURE``              ``remap_failure``
+``DCGM_FI_DEV_XID_ERRORS`` (field 230)         an :class:`XidEvent` (see below)
+=============================================  ===============================
+
+All counters of one ``(Hostname, gpu, ts)`` become ONE :class:`EccSample`. A scrape lists every
+GPU for one metric, then the next metric, so samples are grouped over the whole scrape and
+emitted (sorted by time, node, GPU) when a metric family comes back (a new scrape began) or at
+the end of the input. A sample's ``source`` is the line of its first counter. Dead letters are
+yielded as their line is read, so before the records of their scrape.
+
+Field 230 holds the *last* XID code the GPU reported, and keeps it scrape after scrape. An
+:class:`XidEvent` is therefore emitted when the value is > 0 and differs from the previous value
+seen for that GPU in the same input (the first value > 0 counts as a change; a 0 resets it).
+A repeat of the same code without a 0 in between is not seen: the kernel log is the complete
+source of XIDs, DCGM the fallback.
+
+The time stamp (ms) after the value is optional; without it ``options.scrape_time_ms`` is used,
+else the line is a dead letter. Values must be non-negative integers (``3``, ``3.0``, ``3e0``);
+NaN, negative or garbage values, a missing or non-integer ``gpu`` label and a bad
+``pci_bus_id`` are dead letters. The node is the ``Hostname`` label, else ``options.node``,
+else the file name's stem.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Iterator
+from typing import Final
+
+from schemas.records import ECC_COUNTERS, EccSample, InvalidRecord, XidEvent, normalize_pci_bus_id
+from stream.inputs.parsers.options import ParseOptions, default_node, invalid
+
+__all__ = ["METRIC_COUNTERS", "XID_METRIC", "parse_dcgm"]
+
+#: Metric name -> EccSample counter name.
+METRIC_COUNTERS: Final[dict[str, str]] = {
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": "sbe_volatile",
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": "dbe_volatile",
+    "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL": "sbe_aggregate",
+    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": "dbe_aggregate",
+    "DCGM_FI_DEV_RETIRED_SBE": "retired_pages_sbe",
+    "DCGM_FI_DEV_RETIRED_DBE": "retired_pages_dbe",
+    "DCGM_FI_DEV_RETIRED_PENDING": "retired_pages_pending",
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": "remapped_rows_correctable",
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": "remapped_rows_uncorrectable",
+    "DCGM_FI_DEV_ROW_REMAP_PENDING": "remap_pending",
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": "remap_failure",
+}
+assert set(METRIC_COUNTERS.values()) == set(ECC_COUNTERS)
+#: The metric of DCGM field 230, the last XID code.
+XID_METRIC: Final = "DCGM_FI_DEV_XID_ERRORS"
+XID_MESSAGE: Final = "reported by DCGM field 230"
+
+# Metric name (bytes) -> counter name, or "" for the XID metric.
+_WANTED: Final[dict[bytes, str]] = {name.encode(): counter for name, counter in METRIC_COUNTERS.items()}
+_WANTED[XID_METRIC.encode()] = ""
+
+_LABEL_RE: Final = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
+_ESCAPES: Final = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+_ESCAPE_RE: Final = re.compile(r"\\[\\\"n]")
+_LABEL_CACHE_LIMIT: Final = 50_000
+
+# (node, gpu, pci_bus_id) of a label set, or the reason it is unusable.
+_Labels = tuple[str, int, str] | str
+
+
+def _parse_labels(text: str, fallback_node: str) -> _Labels:
+    labels: dict[str, str] = {}
+    position = 0
+    size = len(text)
+    while position < size:
+        match = _LABEL_RE.match(text, position)
+        if match is None:
+            if text[position:].strip():
+                return f"malformed labels near {text[position : position + 30]!r}"
+            break
+        value = match.group(2)
+        if "\\" in value:
+            value = _ESCAPE_RE.sub(lambda found: _ESCAPES[found.group(0)], value)
+        labels[match.group(1)] = value
+        position = match.end()
+    gpu_text = labels.get("gpu")
+    if gpu_text is None:
+        return "no 'gpu' label"
+    if not gpu_text.isdigit():
+        return f"'gpu' label must be an integer, got {gpu_text!r}"
+    pci = labels.get("pci_bus_id", "")
+    if pci:
+        try:
+            pci = normalize_pci_bus_id(pci)
+        except ValueError as exc:
+            return f"label 'pci_bus_id': {exc}"
+    node = labels.get("Hostname") or labels.get("hostname") or fallback_node
+    if not node:
+        return "no 'Hostname' label and no node name from the file name: pass --node"
+    return node, int(gpu_text), pci
+
+
+def _value(text: bytes) -> int | str:
+    """A non-negative integral value, or the reason it is not one."""
+    try:
+        value = int(text)
+    except ValueError:
+        try:
+            number = float(text)
+        except ValueError:
+            return f"value {text.decode('utf-8', 'replace')!r} is not a number"
+        if not math.isfinite(number) or number != int(number):
+            return f"value {text.decode('utf-8', 'replace')!r} is not a non-negative integer"
+        value = int(number)
+    if value < 0:
+        return f"value {value} is negative"
+    return value
+
+
+class _Group:
+    __slots__ = ("counters", "line_no", "pci", "xid")
+
+    def __init__(self, pci: str) -> None:
+        self.pci = pci
+        self.line_no = 0  # line of the first ECC counter
+        self.counters: dict[str, int] = {}
+        self.xid: tuple[int, int] | None = None  # (value, line_no)
+
+
+def parse_dcgm(
+    lines: Iterable[bytes], options: ParseOptions, source: str
+) -> Iterator[EccSample | XidEvent | InvalidRecord]:
+    """Parse DCGM exporter scrapes into ECC samples, XID events and dead letters.
+
+    Parameters
+    ----------
+    lines
+        Physical lines of Prometheus text format, with or without their line terminator.
+    options
+        ``scrape_time_ms``, ``node`` and ``cluster`` are used.
+    source
+        The file path, for the records' ``source`` and the dead letters.
+
+    Yields
+    ------
+    EccSample | XidEvent | InvalidRecord
+        Dead letters as they are met; records per scrape, ordered by time.
+
+    Examples
+    --------
+    >>> labels = b'{gpu="0",pci_bus_id="00000000:3B:00.0",Hostname="n1"}'
+    >>> scrape = [
+    ...     b"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL" + labels + b" 3 1705312800000",
+    ...     b"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL" + labels + b" 12 1705312800000",
+    ... ]
+    >>> sample = next(parse_dcgm(scrape, ParseOptions(), "dcgm.prom"))
+    >>> sample.node, sample.gpu, sample.pci_bus_id, dict(sample.counters)
+    ('n1', 0, '0000:3b:00', {'dbe_volatile': 3, 'sbe_volatile': 12})
+    """
+    fallback_node = default_node(options, source)
+    cluster = options.cluster
+    scrape_time_ms = options.scrape_time_ms
+    wanted = _WANTED
+    label_cache: dict[bytes, _Labels] = {}
+    groups: dict[tuple[int, str, int], _Group] = {}
+    seen_metrics: set[bytes] = set()
+    current_metric = b""
+    last_xid: dict[tuple[str, int], int] = {}
+
+    def flush() -> Iterator[EccSample | XidEvent]:
+        for key in sorted(groups):
+            ts_ms, node, gpu = key
+            group = groups[key]
+            if group.xid is not None:
+                value, xid_line = group.xid
+                previous = last_xid.get((node, gpu), 0)
+                last_xid[(node, gpu)] = value
+                if value > 0 and value != previous:
+                    yield XidEvent(
+                        ts_ms=ts_ms,
+                        cluster=cluster,
+                        node=node,
+                        xid=value,
+                        pci_bus_id=group.pci,
+                        gpu=gpu,
+                        message=XID_MESSAGE,
+                        source=f"{source}:{xid_line}",
+                    )
+            if group.counters:
+                yield EccSample(
+                    ts_ms=ts_ms,
+                    cluster=cluster,
+                    node=node,
+                    gpu=gpu,
+                    pci_bus_id=group.pci,
+                    counters=group.counters,
+                    source=f"{source}:{group.line_no}",
+                )
+        groups.clear()
+
+    for line_no, physical in enumerate(lines, 1):
+        if not physical.startswith(b"DCGM_"):
+            continue
+        brace = physical.find(b"{")
+        name = physical.split(None, 1)[0] if brace < 0 else physical[:brace]
+        counter = wanted.get(name)
+        if counter is None:
+            continue
+        line = physical.rstrip(b"\r\n")
+        if name != current_metric:
+            if name in seen_metrics:
+                yield from flush()
+                seen_metrics.clear()
+            seen_metrics.add(name)
+            current_metric = name
+        if brace < 0:
+            yield invalid(f"{name.decode()} has no labels: no 'gpu' label", line, source, line_no)
+            continue
+        close = line.rfind(b"}")
+        if close < brace:
+            yield invalid("unterminated label set", line, source, line_no)
+            continue
+        label_bytes = line[brace + 1 : close]
+        labels = label_cache.get(label_bytes)
+        if labels is None:
+            try:
+                label_text = label_bytes.decode("utf-8")
+            except UnicodeDecodeError:
+                labels = "invalid UTF-8 in the labels"
+            else:
+                labels = _parse_labels(label_text, fallback_node)
+            if len(label_cache) >= _LABEL_CACHE_LIMIT:
+                label_cache.clear()
+            label_cache[label_bytes] = labels
+        if isinstance(labels, str):
+            yield invalid(f"{name.decode()}: {labels}", line, source, line_no)
+            continue
+        parts = line[close + 1 :].split()
+        if not parts or len(parts) > 2:
+            yield invalid(
+                f"{name.decode()}: expected 'VALUE [TIMESTAMP_MS]' after the labels", line, source, line_no
+            )
+            continue
+        value = int(parts[0]) if parts[0].isdigit() else _value(parts[0])
+        if isinstance(value, str):
+            yield invalid(f"{name.decode()}: {value}", line, source, line_no)
+            continue
+        if len(parts) == 2:
+            try:
+                ts_ms = int(parts[1])
+            except ValueError:
+                yield invalid(
+                    f"{name.decode()}: time stamp {parts[1].decode('utf-8', 'replace')!r} is not integer ms",
+                    line,
+                    source,
+                    line_no,
+                )
+                continue
+        elif scrape_time_ms is not None:
+            ts_ms = scrape_time_ms
+        else:
+            yield invalid(
+                f"{name.decode()}: sample has no time stamp: pass --scrape-time", line, source, line_no
+            )
+            continue
+        node, gpu, pci = labels
+        key = (ts_ms, node, gpu)
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = _Group(pci)
+        elif not group.pci:
+            group.pci = pci
+        if counter:
+            if not group.counters:
+                group.line_no = line_no
+            group.counters[counter] = value
+        else:
+            group.xid = (value, line_no)
+    yield from flush()

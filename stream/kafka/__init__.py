@@ -1,0 +1,1 @@
+"""Kafka outside the worker: topics, the wire codec, publishing history and the SRE console."""

@@ -1,0 +1,1 @@
+"""What is read back from the store: the text report, the HTML page and the evaluation."""

@@ -1,0 +1,329 @@
+"""``faultstream evaluate``: score the incidents in a store against a simulator's ground truth.
+
+Matching rules (one truth fault is detected when an incident of the detector's kind names the
+same place within the fault's time span):
+
+==================  ====================  ===================================================
+truth kind          incident kinds        matched when
+==================  ====================  ===================================================
+critical_hw         any ``critical``      same node and GPU; evidence spans the onset
+ecc_degradation     ``ecc_trend``         same node and GPU; detected from onset to failure
+xid_storm           ``xid_storm``         same node and GPU; detected from onset to end + 1 h
+nvlink_flapping     ``nvlink_flapping``   same node; detected from onset to end + 1 d
+lemon_node          ``lemon_node``        same node, any time
+==================  ====================  ===================================================
+
+Precision counts incidents: an incident of a detector's kind that matches no truth fault of its
+kind is a false positive. Delays are detection time minus onset; lead time (degradations) is the
+failure time minus detection time.
+
+Censoring: a fault that began too close to the end of the simulated span to be observable as
+what it is (a degradation with less than a day of samples, a flapping link that had not yet
+spread past one GPU) is counted as *censored*: shown, but out of the recall. An incident that
+matches a censored fault is not a false positive.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from clickhouse_connect.driver.client import Client
+
+from schemas.timeutil import parse_ts
+from stream.settings import Settings
+from stream.simulator.truth import FaultTruth, Truth
+from stream.sinks.store import query_rows
+
+__all__ = ["DetectorScore", "evaluate_store", "render_evaluation", "score_detectors"]
+
+HOUR_MS = 3_600_000
+DAY_MS = 24 * HOUR_MS
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    detector: str
+    truth_kind: str
+    incident_kinds: frozenset[str] | None  # None: any kind of the severity below
+    severity: str | None
+    per_gpu: bool
+    slack_ms: int
+    observable_after_ms: int = 0  # a fault needs this much time before the span ends to count
+    min_gpus: int = 1  # a fault seen on fewer GPUs than this is not yet what it will become
+
+
+RULES = (
+    _Rule("critical hardware (rules)", "critical_hw", None, "critical", True, 0),
+    _Rule("ECC trend (River)", "ecc_degradation", frozenset({"ecc_trend"}), None, True, 0, DAY_MS),
+    _Rule("XID storm (River)", "xid_storm", frozenset({"xid_storm"}), None, True, HOUR_MS),
+    _Rule("NVLink flapping (River)", "nvlink_flapping", frozenset({"nvlink_flapping"}), None, False, DAY_MS,
+          min_gpus=2),
+    _Rule("lemon nodes (fleet)", "lemon_node", frozenset({"lemon_node"}), None, False, 0, 7 * DAY_MS),
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class DetectorScore:
+    """One detector's row of the evaluation table."""
+
+    detector: str
+    truth: int
+    detected: int
+    incidents: int
+    false_positives: int
+    median_delay_h: float | None
+    p95_delay_h: float | None
+    median_lead_h: float | None
+    missed: tuple[str, ...]
+    censored: tuple[str, ...] = ()
+
+    @property
+    def recall(self) -> float | None:
+        """Share of (uncensored) truth faults detected."""
+        return self.detected / self.truth if self.truth else None
+
+    @property
+    def precision(self) -> float | None:
+        """Share of the detector's incidents that match a truth fault."""
+        return (self.incidents - self.false_positives) / self.incidents if self.incidents else None
+
+    @property
+    def f1(self) -> float | None:
+        """Harmonic mean of precision and recall."""
+        p, r = self.precision, self.recall
+        if p is None or r is None or p + r == 0:
+            return None
+        return 2 * p * r / (p + r)
+
+
+def _detail_ms(fault: FaultTruth, *names: str) -> int | None:
+    for name in names:
+        value = fault.details.get(name)
+        if value is None:
+            continue
+        return value if isinstance(value, int) else parse_ts(value)
+    return None
+
+
+def _window(fault: FaultTruth, span_end_ms: int, slack_ms: int) -> tuple[int, int]:
+    """Time span in which a detection of ``fault`` counts."""
+    if fault.kind == "lemon_node":
+        return (fault.onset_ms - 30 * DAY_MS, span_end_ms + DAY_MS)
+    if fault.kind == "critical_hw":
+        return (fault.onset_ms, fault.onset_ms)
+    end = _detail_ms(fault, "failure_ms", "failure", "end_ms", "end") or span_end_ms
+    return (fault.onset_ms, end + slack_ms)
+
+
+def _censored(rule: _Rule, fault: FaultTruth, span_end_ms: int) -> bool:
+    if span_end_ms - fault.onset_ms < rule.observable_after_ms:
+        return True
+    gpus = fault.details.get("gpus")
+    return isinstance(gpus, list) and len(gpus) < rule.min_gpus
+
+
+def _quantile(values: Sequence[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def _matches(rule: _Rule, incident: Mapping[str, Any]) -> bool:
+    if rule.severity is not None and incident["severity"] != rule.severity:
+        return False
+    return rule.incident_kinds is None or incident["kind"] in rule.incident_kinds
+
+
+def score_detectors(truth: Truth, incidents: Iterable[Mapping[str, Any]]) -> list[DetectorScore]:
+    """Score each detector of :data:`RULES` (pure: truth and incident rows in, table out).
+
+    Incident rows need ``kind``, ``severity``, ``node``, ``gpu``, ``first_ms``, ``last_ms`` and
+    ``detected_ms``.
+    """
+    rows = list(incidents)
+    scores = []
+    for rule in RULES:
+        faults = [f for f in truth.faults if f.kind == rule.truth_kind]
+        censored = [f for f in faults if _censored(rule, f, truth.span_end_ms)]
+        candidates = [i for i in rows if _matches(rule, i)]
+        used: set[int] = set()
+        delays: list[float] = []
+        leads: list[float] = []
+        missed: list[str] = []
+        for fault in faults:
+            start, end = _window(fault, truth.span_end_ms, rule.slack_ms)
+            found = None
+            for index, incident in enumerate(candidates):
+                if incident["node"] != fault.node:
+                    continue
+                if rule.per_gpu and fault.pci_bus_id and incident["gpu"] != fault.pci_bus_id:
+                    continue
+                if rule.truth_kind == "critical_hw":
+                    hit = incident["first_ms"] <= start <= incident["last_ms"]
+                else:
+                    hit = start <= incident["detected_ms"] <= end
+                if hit and (found is None or incident["detected_ms"] < candidates[found]["detected_ms"]):
+                    found = index
+            if fault in censored:
+                if found is not None:
+                    used.add(found)
+                continue
+            if found is None:
+                missed.append(fault.fault_id)
+                continue
+            used.add(found)
+            detected = candidates[found]["detected_ms"]
+            delays.append(max(0, detected - fault.onset_ms) / HOUR_MS)
+            failure = _detail_ms(fault, "failure_ms", "failure")
+            if failure is not None and rule.truth_kind == "ecc_degradation":
+                leads.append((failure - detected) / HOUR_MS)
+        # An incident that matched no fault, but overlaps a matched one's place and time, is a
+        # duplicate rather than a false alarm only if it names the same fault; we count it false.
+        false_positives = sum(1 for index in range(len(candidates)) if index not in used)
+        if rule.truth_kind == "critical_hw":
+            false_positives = 0  # critical incidents come from rules on real evidence; recall is the target
+        scores.append(
+            DetectorScore(
+                detector=rule.detector,
+                truth=len(faults) - len(censored),
+                detected=len(faults) - len(censored) - len(missed),
+                incidents=len(candidates),
+                false_positives=false_positives,
+                median_delay_h=statistics.median(delays) if delays else None,
+                p95_delay_h=_quantile(delays, 0.95),
+                median_lead_h=statistics.median(leads) if leads else None,
+                missed=tuple(missed),
+                censored=tuple(f.fault_id for f in censored),
+            )
+        )
+    return scores
+
+
+def evaluate_store(client: Client, settings: Settings, truth: Truth) -> dict[str, Any]:
+    """Read incidents, attributions and MTTF from the store and score them against ``truth``."""
+    db = settings.database
+    incidents = query_rows(
+        client,
+        f"""SELECT kind, severity, node, gpu, toUnixTimestamp64Milli(first_evidence) AS first_ms,
+               toUnixTimestamp64Milli(last_evidence) AS last_ms,
+               toUnixTimestamp64Milli(detected) AS detected_ms
+        FROM {db}.incidents FINAL""",
+    )
+    detectors = score_detectors(truth, incidents)
+    decided = {
+        row["job_id"]: bool(row["hardware"])
+        for row in query_rows(client, f"SELECT job_id, hardware FROM {db}.job_attributions FINAL")
+    }
+    expected = {
+        failure.job_id: failure.hardware
+        for failure in truth.job_failures
+        if failure.state in ("FAILED", "NODE_FAIL")
+    }
+    judged = [job for job in expected if job in decided]
+    correct = sum(decided[job] == expected[job] for job in judged)
+    [mttf] = query_rows(
+        client,
+        f"""SELECT sum(failures) AS failures, sum(node_hours) AS node_hours FROM {db}.mttf_windows
+        WHERE size_bucket = 'all'
+          AND window_seconds = (SELECT max(window_seconds) FROM {db}.mttf_partials)""",
+    )
+    measured_rf = 1000 * mttf["failures"] / (mttf["node_hours"] / 24) if mttf["node_hours"] else None
+    true_rf = truth.true_rf_per_1000_node_days
+    lemon_truth = {f.node for f in truth.faults if f.kind == "lemon_node"}
+    flagged = {i["node"] for i in incidents if i["kind"] == "lemon_node"}
+    fleet = query_rows(
+        client,
+        f"""SELECT DISTINCT node FROM {db}.ecc_samples
+        UNION DISTINCT SELECT DISTINCT arrayJoin(nodes) AS node FROM {db}.job_events""",
+    )
+    healthy = {row["node"] for row in fleet} - lemon_truth
+    return {
+        "detectors": [
+            {
+                "detector": s.detector,
+                "truth": s.truth,
+                "detected": s.detected,
+                "incidents": s.incidents,
+                "false_positives": s.false_positives,
+                "precision": s.precision,
+                "recall": s.recall,
+                "f1": s.f1,
+                "median_delay_hours": s.median_delay_h,
+                "p95_delay_hours": s.p95_delay_h,
+                "median_lead_time_hours": s.median_lead_h,
+                "missed": list(s.missed),
+                "censored": list(s.censored),
+            }
+            for s in detectors
+        ],
+        "attribution": {
+            "failed_jobs": len(expected),
+            "decided": len(judged),
+            "accuracy": correct / len(expected) if expected else None,
+            "hardware_true": sum(expected.values()),
+            "hardware_decided": sum(decided.get(job, False) for job in expected),
+        },
+        "lemon_nodes": {
+            "truth": len(lemon_truth),
+            "flagged": len(flagged),
+            "recall": len(flagged & lemon_truth) / len(lemon_truth) if lemon_truth else None,
+            "healthy_flagged_share": len(flagged & healthy) / len(healthy) if healthy else None,
+        },
+        "failure_rate": {
+            "measured_rf_per_1000_node_days": measured_rf,
+            "true_rf_per_1000_node_days": true_rf,
+            "relative_error": (measured_rf - true_rf) / true_rf
+            if measured_rf is not None and true_rf
+            else None,
+            "measured_node_days": mttf["node_hours"] / 24,
+            "true_node_days": truth.exposure_node_days,
+        },
+    }
+
+
+def _fmt(value: float | None, pattern: str = "{:.3f}") -> str:
+    return "-" if value is None else pattern.format(value)
+
+
+def render_evaluation(result: Mapping[str, Any]) -> str:
+    """The evaluation as a table for a terminal."""
+    lines = [
+        "truth = planted faults scored; cens. = censored (began too near the span's end to be observable)",
+        f"{'detector':<26} {'truth':>5} {'cens.':>5} {'found':>5} {'incid.':>6} {'FP':>4} {'precision':>9} "
+        f"{'recall':>7} {'F1':>6} {'med delay h':>11} {'p95 delay h':>11} {'med lead h':>10}",
+    ]
+    for row in result["detectors"]:
+        lines.append(
+            f"{row['detector']:<26} {row['truth']:>5} {len(row['censored']):>5} {row['detected']:>5} "
+            f"{row['incidents']:>6} "
+            f"{row['false_positives']:>4} {_fmt(row['precision']):>9} {_fmt(row['recall']):>7} "
+            f"{_fmt(row['f1']):>6} "
+            f"{_fmt(row['median_delay_hours'], '{:.2f}'):>11} {_fmt(row['p95_delay_hours'], '{:.2f}'):>11} "
+            f"{_fmt(row['median_lead_time_hours'], '{:.1f}'):>10}"
+        )
+    attribution = result["attribution"]
+    lines.append("")
+    lines.append(
+        f"job-failure attribution: accuracy {_fmt(attribution['accuracy'])} "
+        f"over {attribution['failed_jobs']} "
+        f"FAILED/NODE_FAIL jobs ({attribution['hardware_true']} hardware in truth, "
+        f"{attribution['hardware_decided']} attributed)"
+    )
+    lemons = result["lemon_nodes"]
+    lines.append(
+        f"lemon nodes: {lemons['flagged']} flagged, {lemons['truth']} in truth; "
+        f"recall {_fmt(lemons['recall'])}, "
+        f"healthy nodes flagged {_fmt(lemons['healthy_flagged_share'], '{:.2%}')}"
+    )
+    rate = result["failure_rate"]
+    lines.append(
+        f"failure rate r_f: measured {_fmt(rate['measured_rf_per_1000_node_days'])} vs true "
+        f"{_fmt(rate['true_rf_per_1000_node_days'])} per 1000 node-days "
+        f"(error {_fmt(rate['relative_error'], '{:+.2%}')}); exposure {rate['measured_node_days']:,.1f} vs "
+        f"{rate['true_node_days']:,.1f} node-days"
+    )
+    return "\n".join(lines)

@@ -1,0 +1,436 @@
+"""``faultstream report``: incidents, MTTF, failure rate and ETTR guidance, read from any store."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import orjson
+from clickhouse_connect.driver.client import Client
+
+from detectors.mttf import ettr, optimal_checkpoint_interval_hours, projected_mttf_hours
+from stream.settings import Settings
+from stream.sinks.store import query_rows
+
+__all__ = ["LEMON_KIND", "PAPER_RF", "REPORT_STEPS", "build_report", "render_text"]
+
+#: The paper's measured rates (failures per 1000 node-days), shown for comparison.
+PAPER_RF = {"RSC-1 (16k A100)": 6.50, "RSC-2 (8k A100)": 2.34}
+
+#: The incident kind of a lemon-node verdict (``detectors.core``, ``_evaluate_lemons``).
+LEMON_KIND = "lemon_node"
+
+#: What ``build_report`` reads, in order; its ``progress`` callback gets each name as it starts.
+REPORT_STEPS = (
+    "row counts",
+    "time span",
+    "incidents",
+    "incidents over time",
+    "lemon nodes",
+    "XID mix",
+    "dead letters",
+    "job attribution",
+    "MTTF windows",
+)
+
+#: At most this many points per MTTF time series: longer histories are summed into coarser bins.
+MAX_SERIES_POINTS = 400
+
+_SEVERITY_ORDER = "multiIf(severity = 'critical', 0, severity = 'warn', 1, 2)"
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def _redact(dsn: str) -> str:
+    """The DSN without its password (the report may be shared)."""
+    parts = urlsplit(dsn)
+    if parts.password is None:
+        return dsn
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+
+
+def _ts(epoch_seconds: int | None) -> str | None:
+    """Epoch seconds as the report's time format (``str`` of a UTC datetime, like the other fields)."""
+    if epoch_seconds is None:
+        return None
+    return datetime.fromtimestamp(epoch_seconds, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _incident_bin_seconds(span_seconds: int) -> int:
+    """Bin width of the incidents-over-time histogram: hours, days or weeks by the span shown."""
+    if span_seconds <= 3 * 86400:
+        return 3600
+    if span_seconds <= 180 * 86400:
+        return 86400
+    return 7 * 86400
+
+
+def _incidents_over_time(client: Client, db: str, span: dict[str, Any]) -> dict[str, Any]:
+    """Incidents counted by the bin of their first evidence and by severity, every bin listed."""
+    rows = query_rows(
+        client,
+        f"""SELECT toUnixTimestamp(minOrNull(first_evidence)) AS lo,
+               toUnixTimestamp(maxOrNull(first_evidence)) AS hi
+        FROM {db}.incidents FINAL""",
+    )
+    lo = min((v for v in (rows[0]["lo"], span["first_epoch"]) if v is not None), default=None)
+    hi = max((v for v in (rows[0]["hi"], span["last_epoch"]) if v is not None), default=None)
+    if lo is None or hi is None:
+        return {"bin_seconds": None, "bins": []}
+    width = _incident_bin_seconds(hi - lo)
+    counts: dict[int, dict[str, int]] = {}
+    for row in query_rows(
+        client,
+        f"""SELECT toUnixTimestamp(toStartOfInterval(first_evidence, toIntervalSecond({width}))) AS start,
+               severity, count() AS n
+        FROM {db}.incidents FINAL GROUP BY start, severity""",
+    ):
+        counts.setdefault(row["start"], {})[row["severity"]] = row["n"]
+    first = lo - lo % width
+    bins = []
+    for start in range(first, max([hi, *counts]) + 1, width):
+        by_severity = counts.get(start, {})
+        bins.append(
+            {
+                "start": _ts(start),
+                "critical": by_severity.get("critical", 0),
+                "warn": by_severity.get("warn", 0),
+                "info": by_severity.get("info", 0),
+            }
+        )
+    return {"bin_seconds": width, "bins": bins}
+
+
+def _lemon_nodes(client: Client, db: str) -> list[dict[str, Any]]:
+    """Lemon-node incidents, current first, with the signals of their latest recorded verdict."""
+    lemons = []
+    for row in query_rows(
+        client,
+        f"""SELECT incident_id, cluster, node, status, first_evidence, last_evidence, score,
+               evidence_count, evidence, action
+        FROM {db}.incidents FINAL WHERE kind = '{LEMON_KIND}'
+        ORDER BY status = 'resolved', last_evidence DESC, incident_id""",
+    ):
+        try:
+            evidence = orjson.loads(row.pop("evidence") or "{}")
+        except orjson.JSONDecodeError:
+            evidence = {}
+        samples = [s for s in evidence.get("samples", []) if isinstance(s, dict)]
+        latest = samples[-1] if samples else {}
+        verdicts = row.pop("evidence_count")
+        lemons.append(
+            {
+                **row,
+                "first_evidence": str(row["first_evidence"]),
+                "last_evidence": str(row["last_evidence"]),
+                "verdicts": verdicts,
+                "signals": latest.get("counter_deltas", {}),
+                "signals_at": latest.get("ts"),
+                "jobs_hurt": evidence.get("jobs", []),
+            }
+        )
+    return lemons
+
+
+def _mttf_series(client: Client, db: str, window_seconds: int, windows: int) -> dict[str, Any]:
+    """Exposure and failures per window (or per bin of several windows) and size bucket, in time order."""
+    width = window_seconds * max(1, math.ceil(windows / MAX_SERIES_POINTS))
+    points = query_rows(
+        client,
+        f"""SELECT toUnixTimestamp(toStartOfInterval(window_start, toIntervalSecond({width}))) AS start,
+               size_bucket, sum(node_hours) AS node_hours, sum(failures) AS failures
+        FROM {db}.mttf_windows WHERE window_seconds = {int(window_seconds)}
+        GROUP BY start, size_bucket ORDER BY start, size_bucket""",
+    )
+    for point in points:
+        point["start"] = _ts(point["start"])
+    return {"bin_seconds": width, "points": points}
+
+
+def build_report(
+    client: Client,
+    settings: Settings,
+    top: int = 20,
+    *,
+    incident_limit: int = 200,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Query the store and return the report as plain data (what ``--json`` prints).
+
+    ``top`` open critical incidents are listed in ``open_critical`` (the text report), and up to
+    ``incident_limit`` incidents of every kind in ``incident_list`` (open critical first). ``progress``
+    is called with each name of ``REPORT_STEPS`` as that step starts.
+    """
+    step = progress or (lambda _name: None)
+    db = settings.database
+    step("row counts")
+    counts = {
+        table: query_rows(client, f"SELECT count() AS n FROM {db}.{table} FINAL")[0]["n"]
+        for table in (
+            "xid_events",
+            "job_events",
+            "ecc_samples",
+            "incidents",
+            "job_attributions",
+            "dead_letters",
+        )
+    }
+    step("time span")
+    [span_row] = query_rows(
+        client,
+        f"""SELECT toUnixTimestamp(minOrNull(ts)) AS first_epoch, toUnixTimestamp(maxOrNull(ts)) AS last_epoch
+        FROM (SELECT ts FROM {db}.xid_events UNION ALL SELECT ts FROM {db}.job_events
+              UNION ALL SELECT ts FROM {db}.ecc_samples)""",
+    )
+    span = {
+        "first": _ts(span_row["first_epoch"]),
+        "last": _ts(span_row["last_epoch"]),
+        **span_row,
+    }
+    step("incidents")
+    incidents = query_rows(
+        client,
+        f"""SELECT kind, severity, count() AS incidents, countIf(status != 'resolved') AS open,
+               sum(evidence_count) AS evidence
+        FROM {db}.incidents FINAL GROUP BY kind, severity
+        ORDER BY multiIf(severity = 'critical', 0, severity = 'warn', 1, 2), incidents DESC, kind""",
+    )
+    open_critical = query_rows(
+        client,
+        f"""SELECT incident_id, kind, node, gpu, first_evidence, evidence_count, summary
+        FROM {db}.incidents FINAL WHERE severity = 'critical' AND status != 'resolved'
+        ORDER BY first_evidence DESC, incident_id LIMIT {int(top)}""",
+    )
+    for row in open_critical:
+        row["first_evidence"] = str(row["first_evidence"])
+    incident_list = query_rows(
+        client,
+        f"""SELECT incident_id, kind, severity, status, cluster, node, gpu, first_evidence, last_evidence,
+               detector, score, evidence_count, action, summary
+        FROM {db}.incidents FINAL
+        ORDER BY status = 'resolved', {_SEVERITY_ORDER}, last_evidence DESC, incident_id
+        LIMIT {int(incident_limit)}""",
+    )
+    for row in incident_list:
+        row["first_evidence"] = str(row["first_evidence"])
+        row["last_evidence"] = str(row["last_evidence"])
+    step("incidents over time")
+    over_time = _incidents_over_time(client, db, span)
+    step("lemon nodes")
+    lemons = _lemon_nodes(client, db)
+    step("XID mix")
+    xid_mix = query_rows(
+        client,
+        f"""SELECT xid, any(xid_name) AS name, any(category) AS category, any(severity) AS severity,
+               max(hardware) AS hardware, count() AS events, uniqExact(node) AS nodes
+        FROM {db}.xid_events FINAL GROUP BY xid ORDER BY events DESC, xid""",
+    )
+    step("dead letters")
+    dead_letters = query_rows(
+        client,
+        f"""SELECT substring(splitByString(' (', reason)[1], 1, 100) AS reason_class, count() AS n
+        FROM {db}.dead_letters FINAL GROUP BY reason_class ORDER BY n DESC LIMIT 10""",
+    )
+    step("job attribution")
+    attribution = query_rows(
+        client,
+        f"""SELECT hardware, count() AS jobs, sum(gpu_hours) AS gpu_hours
+        FROM {db}.job_attributions FINAL GROUP BY hardware ORDER BY hardware""",
+    )
+    step("MTTF windows")
+    windows = []
+    for window in query_rows(
+        client,
+        f"""SELECT window_seconds, uniqExact(window_start) AS windows, min(window_start) AS first,
+               max(window_end) AS last
+        FROM {db}.mttf_windows WHERE size_bucket = 'all' GROUP BY window_seconds ORDER BY window_seconds""",
+    ):
+        seconds = window["window_seconds"]
+        buckets = query_rows(
+            client,
+            f"""SELECT size_bucket, min(size_bucket_min_gpus) AS min_gpus, sum(node_hours) AS node_hours,
+                   sum(gpu_hours) AS gpu_hours, sum(job_hours) AS job_hours, sum(jobs_ended) AS jobs_ended,
+                   sum(jobs_failed) AS jobs_failed, sum(failures) AS failures,
+                   quantileExact(0.5)(rf_per_1000_node_days) AS median_window_rf
+            FROM {db}.mttf_windows WHERE window_seconds = {int(seconds)}
+            GROUP BY size_bucket ORDER BY size_bucket = 'all', min_gpus""",
+        )
+        for bucket in buckets:
+            node_days = bucket["node_hours"] / 24
+            failures = bucket["failures"]
+            bucket["rf_per_1000_node_days"] = 1000 * failures / node_days if node_days else None
+            bucket["mttf_hours"] = bucket["job_hours"] / failures if failures else None
+            median = bucket.pop("median_window_rf")
+            bucket["median_window_rf"] = median if median is not None and math.isfinite(median) else None
+            # job_hours / failures is the MTTF of this bucket's average job of this many nodes
+            job_hours = bucket["job_hours"]
+            bucket["mean_job_nodes"] = bucket["node_hours"] / job_hours if job_hours else None
+        windows.append(
+            {
+                "window_seconds": seconds,
+                "windows": window["windows"],
+                "first": str(window["first"]),
+                "last": str(window["last"]),
+                "buckets": buckets,
+                "series": _mttf_series(client, db, seconds, window["windows"]),
+            }
+        )
+    overall = next((b for w in windows[-1:] for b in w["buckets"] if b["size_bucket"] == "all"), None)
+    rf_per_1000 = overall["rf_per_1000_node_days"] if overall else None
+    guidance = []
+    if rf_per_1000:
+        rf_per_day = rf_per_1000 / 1000
+        w_cp = settings.checkpoint_write_minutes / 60
+        u0 = settings.restart_overhead_minutes / 60
+        for gpus in settings.reference_sizes:
+            interval = optimal_checkpoint_interval_hours(gpus, rf_per_day, w_cp, settings.gpus_per_node)
+            guidance.append(
+                {
+                    "gpus": gpus,
+                    "projected_mttf_hours": _finite(
+                        projected_mttf_hours(gpus, rf_per_day, settings.gpus_per_node)
+                    ),
+                    "optimal_checkpoint_minutes": _finite(interval * 60),
+                    "expected_ettr": ettr(gpus, rf_per_day, interval, w_cp, u0, settings.gpus_per_node),
+                }
+            )
+    return {
+        "database": db,
+        "store": _redact(settings.dsn),
+        "generated": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S"),
+        "time_span": {"first": span["first"], "last": span["last"]},
+        "rows": counts,
+        "incidents": incidents,
+        "open_critical": open_critical,
+        "incident_list": incident_list,
+        "incidents_over_time": over_time,
+        "lemon_nodes": lemons,
+        "xid_mix": xid_mix,
+        "dead_letter_reasons": dead_letters,
+        "attribution": attribution,
+        "mttf": windows,
+        "rf_per_1000_node_days": rf_per_1000,
+        "paper_rf_per_1000_node_days": PAPER_RF,
+        "ettr_guidance": guidance,
+        "ettr_assumptions": {
+            "checkpoint_write_minutes": settings.checkpoint_write_minutes,
+            "restart_overhead_minutes": settings.restart_overhead_minutes,
+        },
+    }
+
+
+def _num(value: float | None, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    line = "  ".join(
+        h.rjust(w) if i else h.ljust(w) for i, (h, w) in enumerate(zip(headers, widths, strict=True))
+    )
+    out = [line, "  ".join("-" * w for w in widths)]
+    for row in rows:
+        out.append(
+            "  ".join(
+                c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            )
+        )
+    return out
+
+
+def render_text(report: dict[str, Any]) -> str:
+    """Render the report for a terminal."""
+    out: list[str] = []
+    rows = report["rows"]
+    out.append(
+        f"Store {report['database']}: {rows['xid_events']:,} XID events, {rows['job_events']:,} job events, "
+        f"{rows['ecc_samples']:,} ECC samples (downsampled), {rows['dead_letters']:,} dead letters"
+    )
+    out.append("")
+    out.append(f"Incidents ({rows['incidents']:,})")
+    out.extend(
+        "  " + line
+        for line in _table(
+            ["kind", "severity", "incidents", "open", "evidence"],
+            [
+                [r["kind"], r["severity"], f"{r['incidents']:,}", f"{r['open']:,}", f"{r['evidence']:,}"]
+                for r in report["incidents"]
+            ],
+        )
+    )
+    if report["open_critical"]:
+        out.append("")
+        out.append("Open critical incidents (newest first)")
+        out.extend(f"  {r['incident_id']}  {r['summary']}" for r in report["open_critical"])
+    attribution = {bool(r["hardware"]): r for r in report["attribution"]}
+    if attribution:
+        hw = attribution.get(True, {"jobs": 0, "gpu_hours": 0.0})
+        other = attribution.get(False, {"jobs": 0, "gpu_hours": 0.0})
+        out.append("")
+        out.append(
+            f"Job failures (FAILED/NODE_FAIL): {hw['jobs']:,} attributed to hardware "
+            f"({hw['gpu_hours']:,.0f} GPU-hours lost), {other['jobs']:,} not"
+        )
+    for window in report["mttf"]:
+        out.append("")
+        seconds = window["window_seconds"]
+        label = f"{seconds // 86400} d" if seconds % 86400 == 0 else f"{seconds // 3600} h"
+        out.append(
+            f"MTTF windows of {label}: {window['windows']:,} windows "
+            f"from {window['first']} to {window['last']}"
+        )
+        out.extend(
+            "  " + line
+            for line in _table(
+                ["job size (GPUs)", "node-days", "GPU-hours", "jobs", "failed", "hw failures", "r_f/1000 nd",
+                 "median window r_f", "MTTF h"],
+                [
+                    [
+                        b["size_bucket"], _num(b["node_hours"] / 24, 1), _num(b["gpu_hours"], 0),
+                        f"{b['jobs_ended']:,}", f"{b['jobs_failed']:,}", f"{b['failures']:,}",
+                        _num(b["rf_per_1000_node_days"]), _num(b["median_window_rf"]),
+                        _num(b["mttf_hours"], 1),
+                    ]
+                    for b in window["buckets"]
+                ],
+            )
+        )  # fmt: skip
+    out.append("")
+    if report["rf_per_1000_node_days"] is not None:
+        paper = ", ".join(f"{name} {rate}" for name, rate in report["paper_rf_per_1000_node_days"].items())
+        out.append(
+            f"Failure rate r_f = {report['rf_per_1000_node_days']:.2f} per 1000 node-days (paper: {paper})"
+        )
+        assumptions = report["ettr_assumptions"]
+        out.append(
+            f"ETTR guidance (checkpoint write {assumptions['checkpoint_write_minutes']} min, restart "
+            f"{assumptions['restart_overhead_minutes']} min)"
+        )
+        out.extend(
+            "  " + line
+            for line in _table(
+                ["job GPUs", "projected MTTF h", "best checkpoint every (min)", "expected ETTR"],
+                [
+                    [f"{g['gpus']:,}", _num(g["projected_mttf_hours"]),
+                     _num(g["optimal_checkpoint_minutes"], 1), _num(g["expected_ettr"], 3)]
+                    for g in report["ettr_guidance"]
+                ],
+            )
+        )  # fmt: skip
+    else:
+        out.append("No hardware-attributed failures yet: r_f and MTTF are not defined.")
+    if report["dead_letter_reasons"]:
+        out.append("")
+        out.append(
+            "Dead letters by reason: "
+            + ", ".join(f"{r['reason_class']} ({r['n']:,})" for r in report["dead_letter_reasons"])
+        )
+    return "\n".join(out)

@@ -1,0 +1,1 @@
+"""The Kafka worker: Faust wiring, partition state, commit points, checkpoints, metrics."""

@@ -1,0 +1,180 @@
+"""``faultstream worker``: the Faust application that runs the detection core on Kafka.
+
+Topology
+--------
+``jobs`` (key: job) --rekey_jobs--> ``jobs-by-node`` (key: node, one copy per node of the job)
+``xid``, ``ecc``, ``jobs-by-node`` (co-partitioned by node) --detect--> ClickHouse, ``incidents``
+
+Per assigned input partition the worker keeps one :class:`~stream.worker.runtime.PartitionWorker`
+(its state and logic live in :mod:`stream.worker.runtime`; this module wires them into Faust): a
+:class:`detectors.core.DetectionCore`, fed in event-time order by an
+:class:`~stream.worker.merge.EventTimeMerger` over the partition's three topics, and one batch
+of the :class:`~stream.sinks.clickhouse.ClickHouseSink`.
+
+Commit point (:meth:`~stream.worker.runtime.WorkerRuntime.commit`), every
+``worker_flush_seconds`` or when a batch is full:
+
+1. flush the partition's ClickHouse batch; on failure wait and retry with backoff, holding the
+   agent (so Faust stops fetching: backpressure) and committing nothing;
+2. send the incident updates and dead letters of the batch, and wait for the broker's acks;
+3. write the partition's checkpoint (:mod:`stream.worker.checkpoints`) and wait for it;
+4. commit the partition's input offsets (past the last message applied).
+
+The worker commits offsets itself (the input topics are declared without Faust acks): Faust's
+offset tracking can commit past messages its agents never saw. :class:`stream.worker.positions.InputPositions`
+checks that each input partition's messages arrive contiguously; a gap, or a partition with more
+to read that has delivered nothing for 15 s (``STALL_SECONDS``), is read again from its first offset not
+applied (logged, and counted in ``faultstream_input_rereads_total``).
+
+A crash anywhere before 4 redoes the work from the previous checkpoint: ClickHouse rows are
+idempotent (ReplacingMergeTree on deterministic ids), and incident updates may reach the topic a
+second time with the same id and version (at-least-once; consumers keep the highest version per
+id). Because the checkpoint is written before the commit, a restarted worker resumes the
+detectors exactly where the committed offsets are, skipping messages whose effect the checkpoint
+already holds.
+
+Known limit: the storm detector's fleet quantile and the lemon statistics see the nodes of one
+partition, so with several partitions their thresholds can differ from a single-partition run's.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import faust
+
+from stream.settings import Settings
+from stream.sinks.clickhouse import ClickHouseSink, FlushStats
+from stream.sinks.dead_letters import DeadLetterLimitExceeded
+from stream.sinks.store import connect
+from stream.worker.metrics import WorkerMetrics
+from stream.worker.runtime import WorkerRuntime, WorkerStalled, WorkerTopics
+
+__all__ = ["build_app", "run_worker"]
+
+_log = logging.getLogger("faultstream.worker")
+
+_RAW: dict[str, Any] = {
+    "key_type": bytes,
+    "value_type": bytes,
+    "key_serializer": "raw",
+    "value_serializer": "raw",
+}
+
+
+def build_app(settings: Settings) -> faust.App:
+    """The Faust app of a worker, configured from ``settings``."""
+    datadir = Path(settings.data_dir) / "faust"
+    datadir.mkdir(parents=True, exist_ok=True)
+    app = faust.App(
+        settings.worker_app_id,
+        broker=f"kafka://{settings.kafka_bootstrap}",
+        store="memory://",
+        web_enabled=False,
+        autodiscover=False,
+        consumer_auto_offset_reset="earliest",
+        topic_partitions=settings.topic_partitions,
+        topic_replication_factor=settings.topic_replication,
+        topic_allow_declare=False,
+        broker_commit_every=1000,
+        # Nothing is acked to Faust (the worker commits its own offsets); a rebalance must not wait
+        # for them (the partition's next owner redoes them from its checkpoint).
+        stream_wait_empty=False,
+        datadir=str(datadir),
+    )
+    kinds = {settings.topic_xid: "xid", settings.topic_ecc: "ecc", settings.topic_jobs_by_node: "job"}
+    # acks=False: Faust neither tracks nor commits these offsets; the commit points do.
+    jobs = app.topic(settings.topic_jobs, acks=False, **_RAW)
+    inputs = app.topic(*kinds, acks=False, **_RAW)
+    topics = WorkerTopics(
+        kinds=kinds,
+        jobs=settings.topic_jobs,
+        jobs_by_node=app.topic(settings.topic_jobs_by_node, **_RAW),
+        incidents=app.topic(settings.topic_incidents, **_RAW),
+        dead_letters=app.topic(settings.topic_dead_letters, **_RAW),
+    )
+    metrics = WorkerMetrics()
+
+    def flushed(stats: FlushStats) -> None:
+        metrics.sink_flush_seconds.observe(stats.seconds)
+        metrics.sink_rows.inc(stats.rows)
+
+    sink = ClickHouseSink(connect(settings), settings.database, settings.sink_batch_rows, on_flush=flushed)
+    runtime = WorkerRuntime(app, settings, topics, sink, metrics)
+
+    def crash_on_error(agent: Any) -> Any:
+        """Faust logs an agent's exception and carries on without it; a worker must stop instead."""
+
+        async def run(stream: faust.StreamT[bytes]) -> None:
+            try:
+                await agent(stream)
+            except DeadLetterLimitExceeded:
+                raise  # already crashed the app, with its own message
+            except Exception as exc:
+                _log.exception("stopping the worker: %s failed", agent.__name__)
+                await app.crash(exc)
+                raise
+
+        run.__name__ = agent.__name__
+        return run
+
+    # One message at a time: Faust's take()/take_events() buffers stalled a rebalance in tests.
+    @app.agent(jobs)
+    @crash_on_error
+    async def rekey_jobs(stream: faust.StreamT[bytes]) -> None:
+        async for event in stream.noack().events():
+            await runtime.rekey(event)
+
+    @app.agent(inputs)
+    @crash_on_error
+    async def detect(stream: faust.StreamT[bytes]) -> None:
+        async for event in stream.noack().events():
+            async with runtime.lock:
+                await runtime.apply(event)
+        # The stream ended (shutdown): uncommitted work is redone from the checkpoint on restart.
+
+    @app.timer(interval=max(settings.worker_flush_seconds / 2, 0.2))
+    async def tick() -> None:
+        async with runtime.lock:
+            try:
+                await runtime.tick()
+            except WorkerStalled as exc:
+                # Crash-only: a restart reads everything since the last commit point again.
+                _log.error("stopping the worker so that it is restarted: %s", exc)
+                await app.crash(exc)
+
+    @app.on_partitions_revoked.connect
+    async def forget_revoked(_app: Any, revoked: set[Any], **_: Any) -> None:
+        runtime.forget(revoked)
+
+    @app.task
+    async def serve_metrics() -> None:
+        # Faust runs at -l warn (its INFO is chatty); the worker's own progress is worth INFO, on a
+        # handler of its own, added once Faust has set up its logging.
+        handler = logging.StreamHandler(sys.__stderr__)  # mode wraps sys.stderr into its own logger
+        handler.setFormatter(logging.Formatter("[%(asctime)s] [%(process)d] [%(levelname)s] %(message)s"))
+        ours = logging.getLogger("faultstream")
+        ours.addHandler(handler)
+        ours.setLevel(logging.INFO)
+        ours.propagate = False
+        if settings.metrics_port:
+            metrics.serve(settings.metrics_host, settings.metrics_port)
+            _log.info("metrics on http://%s:%d/metrics", settings.metrics_host, settings.metrics_port)
+
+    @app.on_before_shutdown.connect
+    async def stop_checkpoints(_app: Any, **_: Any) -> None:
+        await runtime.stop()
+
+    return app
+
+
+def run_worker(settings: Settings) -> None:
+    """Run a worker until it is stopped (``faultstream worker``)."""
+    app = build_app(settings)
+    # Faust's command line reads sys.argv, and would otherwise start a web server on 0.0.0.0:6066,
+    # which two workers on one host cannot share.
+    sys.argv = ["faultstream-worker", "worker", "-l", "warn", "--without-web"]
+    app.main()

@@ -1,0 +1,176 @@
+"""Detector-state checkpoints of the worker, tied to the offsets they cover.
+
+A checkpoint of input partition *p* holds the partition's :class:`~detectors.core.DetectionCore`,
+the records its event-time merge still holds back, and for each input topic the offset of the
+last message whose effect is inside. The worker writes one at every commit point, after the
+ClickHouse flush and the incident sends and *before* it acks the messages, so Kafka's committed
+offset of a partition never passes what the newest checkpoint covers. A worker that takes over
+the partition (restart, crash, rebalance) loads the checkpoint and skips the messages at or below
+its offsets: the detectors continue where they were, they neither relearn from zero nor see any
+message twice, and the incidents they emit are the ones the old worker would have emitted.
+
+Storage is a compacted Kafka topic (``topic_checkpoints``) with one partition per input partition:
+the checkpoint of *p* is the newest message of partition *p*, keyed ``<app id>/<p>``. Values are
+zlib-compressed pickles. Only workers write that topic; it is internal state, not an interface.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from detectors.core import DetectionCore
+from schemas.records import EccSample, JobEvent, XidEvent
+from stream.kafka.topics import CHECKPOINT_MAX_BYTES
+
+__all__ = ["CheckpointError", "CheckpointTopic", "PartitionCheckpoint", "decode", "encode"]
+
+_log = logging.getLogger("faultstream.checkpoints")
+
+#: Bumped whenever the pickled layout changes; an older checkpoint is then refused loudly.
+FORMAT = 1
+
+HeldRecord = tuple[str, int, XidEvent | EccSample | JobEvent]
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be read or written."""
+
+
+@dataclass(slots=True)
+class PartitionCheckpoint:
+    """What a worker needs to continue an input partition exactly where another one stopped."""
+
+    partition: int
+    #: Input topic -> offset of the last message of this partition whose effect is inside.
+    offsets: dict[str, int]
+    core: DetectionCore
+    #: Records the event-time merge still held back: (source, event time ms, record).
+    held: list[HeldRecord] = field(default_factory=list)
+
+
+def encode(checkpoint: PartitionCheckpoint) -> bytes:
+    """Serialize a checkpoint (pickle, then zlib at a fast level).
+
+    Examples
+    --------
+    >>> from detectors.core import CoreConfig
+    >>> blob = encode(PartitionCheckpoint(3, {"xid": 41}, DetectionCore(CoreConfig())))
+    >>> decode(blob).offsets
+    {'xid': 41}
+    """
+    return zlib.compress(pickle.dumps((FORMAT, checkpoint), protocol=pickle.HIGHEST_PROTOCOL), 1)
+
+
+def decode(blob: bytes) -> PartitionCheckpoint:
+    """Deserialize what :func:`encode` wrote; :class:`CheckpointError` for anything else."""
+    try:
+        version, checkpoint = pickle.loads(zlib.decompress(blob))
+    except Exception as exc:
+        raise CheckpointError(f"unreadable checkpoint ({exc})") from exc
+    if version != FORMAT or not isinstance(checkpoint, PartitionCheckpoint):
+        raise CheckpointError(
+            f"checkpoint format {version!r} is not {FORMAT}: written by another faultstream version; "
+            "delete the checkpoint topic to start the detectors afresh"
+        )
+    return checkpoint
+
+
+class CheckpointTopic:
+    """Reads and writes the checkpoints of one application on its compacted topic."""
+
+    def __init__(self, bootstrap: str, topic: str, app_id: str) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.app_id = app_id
+        self._producer: AIOKafkaProducer | None = None
+        self._consumer: AIOKafkaConsumer | None = None
+        self._partitions: set[int] = set()
+
+    async def start(self, partitions: int) -> None:
+        """Connect (aiokafka clients must be made inside the running event loop) and check the topic
+        has a partition for each of the ``partitions`` input partitions."""
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=self.bootstrap,
+            acks="all",
+            enable_idempotence=True,
+            max_request_size=CHECKPOINT_MAX_BYTES,
+        )
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap,
+            enable_auto_commit=False,
+            fetch_max_bytes=CHECKPOINT_MAX_BYTES,
+            max_partition_fetch_bytes=CHECKPOINT_MAX_BYTES,
+        )
+        await self._producer.start()
+        await self._consumer.start()
+        if self.topic not in await self._consumer.topics():
+            raise CheckpointError(
+                f"checkpoint topic {self.topic!r} does not exist: run `faultstream init-kafka` first"
+            )
+        self._partitions = set(await self._producer.partitions_for(self.topic))
+        have = len(self._partitions)
+        if have < partitions:
+            raise CheckpointError(
+                f"checkpoint topic {self.topic!r} has {have} partitions, the inputs have {partitions}: "
+                "give it as many (kafka-topics --alter --partitions) or name another with "
+                "FAULTSTREAM_TOPIC_CHECKPOINTS and run `faultstream init-kafka`"
+            )
+
+    async def stop(self) -> None:
+        """Disconnect."""
+        if self._consumer is not None:
+            await self._consumer.stop()
+        if self._producer is not None:
+            await self._producer.stop()
+
+    def _clients(self) -> tuple[AIOKafkaProducer, AIOKafkaConsumer]:
+        if self._producer is None or self._consumer is None:
+            raise CheckpointError("CheckpointTopic.start() was not called")
+        return self._producer, self._consumer
+
+    def _key(self, partition: int) -> bytes:
+        return f"{self.app_id}/{partition}".encode()
+
+    async def save(self, checkpoint: PartitionCheckpoint) -> int:
+        """Write ``checkpoint`` and wait until the broker has it; return its size in bytes."""
+        producer, _ = self._clients()
+        blob = encode(checkpoint)
+        await producer.send_and_wait(
+            self.topic, blob, key=self._key(checkpoint.partition), partition=checkpoint.partition
+        )
+        return len(blob)
+
+    async def load(self, partition: int, timeout_s: float = 30.0) -> tuple[PartitionCheckpoint, int] | None:
+        """The newest checkpoint of ``partition`` and its size, or None if it has none yet."""
+        _, consumer = self._clients()
+        if partition not in self._partitions:
+            raise CheckpointError(
+                f"checkpoint topic {self.topic!r} has no partition {partition}: it needs as many "
+                "partitions as the input topics (kafka-topics --alter --partitions)"
+            )
+        tp = TopicPartition(self.topic, partition)
+        end = (await consumer.end_offsets([tp]))[tp]
+        if end == 0:
+            return None
+        consumer.assign([tp])
+        consumer.seek(tp, end - 1)
+        batches: dict[Any, Any] = await consumer.getmany(tp, timeout_ms=int(timeout_s * 1000), max_records=1)
+        messages = batches.get(tp, [])
+        if not messages:
+            raise CheckpointError(f"{self.topic}/{partition}: offset {end - 1} unread after {timeout_s} s")
+        message = messages[-1]
+        if message.key != self._key(partition):
+            raise CheckpointError(
+                f"{self.topic}/{partition} ends with a checkpoint of {message.key!r}, not "
+                f"{self._key(partition)!r}: give each application id its own checkpoint topic"
+            )
+        checkpoint = decode(message.value)
+        if checkpoint.partition != partition:
+            raise CheckpointError(f"{self.topic}/{partition} holds the state of {checkpoint.partition}")
+        return checkpoint, len(message.value)

@@ -1,0 +1,112 @@
+"""The SRE console's pure parts: filters, repeats, line format, --since."""
+
+from __future__ import annotations
+
+import io
+
+import orjson
+import pytest
+
+from stream.kafka.tail import (
+    IncidentFilter,
+    TailError,
+    TailOptions,
+    _line,
+    _News,
+    format_line,
+    parse_since,
+    updates,
+)
+
+
+def incident(**fields: object) -> dict[str, object]:
+    base: dict[str, object] = {
+        "incident_id": "i1",
+        "kind": "xid_fatal",
+        "severity": "critical",
+        "status": "open",
+        "node": "node0007",
+        "gpu": 3,
+        "first_evidence": "2024-01-03T10:00:00.000Z",
+        "summary": "XID 79: GPU has fallen off the bus",
+        "action": "drain the node",
+        "version": 2,
+    }
+    base.update(fields)
+    return base
+
+
+def test_update_count_follows_the_version_rule() -> None:
+    assert updates(incident(version=2)) == 0  # opened with one piece of evidence
+    assert updates(incident(version=6)) == 2  # two more pieces of evidence
+    assert updates(incident(version=7)) == 3  # ... and resolved
+
+
+def test_filters_combine_lists_with_and_and_patterns_with_or() -> None:
+    only = IncidentFilter.parse("critical,warn", "xid_*,lemon*", "node000?")
+    assert only(incident())
+    assert not only(incident(severity="info"))
+    assert not only(incident(kind="ecc_trend"))
+    assert not only(incident(node="node0010"))
+    assert IncidentFilter.parse(None, None, None)(incident(severity="info"))
+
+
+def test_an_unknown_severity_is_refused_with_the_choices() -> None:
+    with pytest.raises(TailError, match="unknown severity fatal; use critical, warn, info"):
+        IncidentFilter.parse("fatal", None, None)
+
+
+def test_repeats_and_older_versions_are_not_news() -> None:
+    news = _News()
+    assert news(incident(version=2))
+    assert not news(incident(version=2))  # at-least-once repeat
+    assert news(incident(version=4))
+    assert not news(incident(version=3))
+    assert news(incident(incident_id="i2", version=2))
+
+
+def test_a_line_says_when_what_where_and_what_to_do() -> None:
+    line = format_line(incident(version=4), colour=False)
+    assert line.startswith("2024-01-03T10:00:00.000Z CRITICAL xid_fatal")
+    assert "node0007/3 " in line and "1 update " in line and line.endswith("-> drain the node")
+    assert format_line(incident(gpu=None, action=""), colour=False).endswith("bus")
+
+
+def test_colour_by_severity_and_green_when_resolved() -> None:
+    assert format_line(incident(), colour=True).startswith("\033[1;31m")
+    assert format_line(incident(severity="warn"), colour=True).startswith("\033[33m")
+    assert format_line(incident(status="resolved"), colour=True).startswith("\033[32m")
+    assert format_line(incident(), colour=True).endswith("\033[0m")
+
+
+def test_json_mode_passes_the_message_through_and_drops_repeats() -> None:
+    options = TailOptions("127.0.0.1:1", "t", as_json=True)
+    raw = orjson.dumps(incident())
+    news = _News()
+    assert _line(raw, options, news) == raw.decode()
+    assert _line(raw, options, news) is None
+    assert _line(b"{broken", options, news) is None  # nothing that is not JSON reaches a pipe
+    assert _line(b"{broken", TailOptions("127.0.0.1:1", "t"), _News()) == "(not an incident: b'{broken')"
+    bad_version = orjson.dumps(incident(version="two"))
+    assert _line(bad_version, TailOptions("127.0.0.1:1", "t"), _News()).startswith("(malformed incident: ")
+
+
+def test_since_takes_durations_and_times() -> None:
+    assert parse_since("15m", now_ms=3_600_000) == 2_700_000
+    assert parse_since("1d", now_ms=86_400_000) == 0
+    assert parse_since("2024-01-03T10:00:00Z") == 1_704_276_000_000
+    with pytest.raises(TailError, match="--since takes a duration"):
+        parse_since("yesterday")
+
+
+def test_colour_auto_needs_a_terminal_and_no_NO_COLOR() -> None:
+    from stream.kafka.tail import want_colour
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    assert want_colour("auto", Terminal(), environ=[])
+    assert not want_colour("auto", Terminal(), environ=["NO_COLOR"])
+    assert not want_colour("auto", io.StringIO(), environ=[])
+    assert want_colour("always", io.StringIO(), environ=["NO_COLOR"])

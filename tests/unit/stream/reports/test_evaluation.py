@@ -1,0 +1,85 @@
+"""Scoring incidents against a ground truth: matching, precision, recall, delays, lead times."""
+
+import pytest
+
+from stream.reports.evaluation import score_detectors
+from stream.simulator import SimulationConfig
+from stream.simulator.truth import FaultTruth, Truth
+
+H = 3_600_000
+T0 = 1_704_067_200_000
+
+
+def truth(*faults):
+    return Truth(
+        config=SimulationConfig(nodes=4, days=2),
+        span_start_ms=T0,
+        span_end_ms=T0 + 48 * H,
+        true_rf_per_1000_node_days=0.0,
+        exposure_node_days=1.0,
+        hardware_failures=0,
+        jobs=0,
+        jobs_failed=0,
+        utilization=0.0,
+        faults=tuple(faults),
+        job_failures=(),
+        xid_counts={},
+    )
+
+
+def incident(kind, node, gpu, detected, first=None, last=None, severity="warn"):
+    first = detected if first is None else first
+    return {"kind": kind, "severity": severity, "node": node, "gpu": gpu, "first_ms": first,
+            "last_ms": last if last is not None else detected, "detected_ms": detected}  # fmt: skip
+
+
+def by_name(scores):
+    return {s.detector.split(" (")[0]: s for s in scores}
+
+
+def test_critical_faults_match_incidents_whose_evidence_spans_the_onset():
+    faults = [
+        FaultTruth("hw-1", "critical_hw", "n1", T0 + H, gpu=0, pci_bus_id="0000:07:00", xid=79),
+        FaultTruth("hw-2", "critical_hw", "n2", T0 + 2 * H, gpu=1, pci_bus_id="0000:0f:00", xid=48),
+    ]
+    rows = [
+        incident("gpu_bus", "n1", "0000:07:00", T0 + H, severity="critical"),
+        incident("gpu_memory", "n2", "0000:07:00", T0 + 2 * H, severity="critical"),  # wrong GPU
+    ]
+    score = by_name(score_detectors(truth(*faults), rows))["critical hardware"]
+    assert (score.truth, score.detected, score.missed) == (2, 1, ("hw-2",))
+    assert score.median_delay_h == 0.0
+
+
+def test_degradation_precision_recall_and_lead_time():
+    degrading = FaultTruth("deg-1", "ecc_degradation", "n1", T0, gpu=0, pci_bus_id="0000:07:00",
+                           details={"failure": "2024-01-02T00:00:00.000Z"})  # fmt: skip
+    rows = [
+        incident("ecc_trend", "n1", "0000:07:00", T0 + 12 * H),  # 12 h after onset, 12 h before failure
+        incident("ecc_trend", "n3", "0000:07:00", T0 + 5 * H),  # nothing planted there: false alarm
+    ]
+    score = by_name(score_detectors(truth(degrading), rows))["ECC trend"]
+    assert score.recall == 1.0
+    assert score.precision == pytest.approx(0.5)
+    assert score.median_delay_h == pytest.approx(12.0)
+    assert score.median_lead_h == pytest.approx(12.0)
+
+
+def test_detection_before_onset_or_after_the_window_does_not_count():
+    storm = FaultTruth("st-1", "xid_storm", "n1", T0 + 10 * H, gpu=0, pci_bus_id="0000:07:00",
+                       details={"end": "2024-01-01T11:00:00.000Z"})  # fmt: skip
+    early = [incident("xid_storm", "n1", "0000:07:00", T0 + 9 * H)]
+    late = [incident("xid_storm", "n1", "0000:07:00", T0 + 12 * H + 1)]
+    inside = [incident("xid_storm", "n1", "0000:07:00", T0 + 12 * H)]  # end + 1 h slack
+    for rows, detected in ((early, 0), (late, 0), (inside, 1)):
+        assert by_name(score_detectors(truth(storm), rows))["XID storm"].detected == detected
+
+
+def test_faults_too_close_to_the_end_are_censored_not_missed():
+    late = FaultTruth("deg-2", "ecc_degradation", "n1", T0 + 40 * H, gpu=0, pci_bus_id="0000:07:00")
+    unspread = FaultTruth(
+        "flap-1", "nvlink_flapping", "n2", T0, details={"gpus": [3], "end": "2024-01-01T05:00:00Z"}
+    )
+    scores = by_name(score_detectors(truth(late, unspread), []))
+    assert (scores["ECC trend"].truth, scores["ECC trend"].censored) == (0, ("deg-2",))
+    assert (scores["NVLink flapping"].truth, scores["NVLink flapping"].censored) == (0, ("flap-1",))

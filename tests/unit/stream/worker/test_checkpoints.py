@@ -1,0 +1,42 @@
+"""Checkpoint encoding: a restored core continues exactly as the original; foreign blobs are refused."""
+
+from __future__ import annotations
+
+import pickle
+import zlib
+
+import pytest
+
+from detectors.core import CoreConfig, DetectionCore
+from schemas.records import XidEvent
+from stream.worker.checkpoints import CheckpointError, PartitionCheckpoint, decode, encode
+
+MINUTE = 60_000
+
+
+def xid(minute: int, code: int = 13) -> XidEvent:
+    return XidEvent(ts_ms=minute * MINUTE, cluster="c", node="n1", xid=code, pci_bus_id="0000:07:00")
+
+
+def test_a_restored_core_emits_what_the_original_would_have() -> None:
+    original = DetectionCore(CoreConfig())
+    for minute in range(0, 30, 3):
+        original.process(xid(minute))
+    original.drain()
+    blob = encode(PartitionCheckpoint(2, {"xid": 9}, original, [("xid", 31 * MINUTE, xid(31))]))
+    restored = decode(blob)
+    assert (restored.partition, restored.offsets, [r[2] for r in restored.held]) == (2, {"xid": 9}, [xid(31)])
+    later = [xid(40, 79), xid(200), xid(400, 79)]
+    outputs = []
+    for core in (original, restored.core):
+        for record in later:
+            core.process(record)
+        outputs.append([(i.incident_id, i.version, i.status) for i in core.drain().incidents])
+    assert outputs[0] == outputs[1] and outputs[0]
+
+
+def test_a_blob_of_another_format_is_refused_with_what_to_do() -> None:
+    with pytest.raises(CheckpointError, match="delete the checkpoint topic"):
+        decode(zlib.compress(pickle.dumps((99, "something else"))))
+    with pytest.raises(CheckpointError, match="unreadable checkpoint"):
+        decode(b"not a checkpoint")

@@ -1,0 +1,114 @@
+"""The worker's stall handling, on a fake Faust consumer (pure logic: no broker)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from faust.types import TP
+
+import stream.worker.runtime as runtime_module
+from stream.settings import Settings
+from stream.worker.metrics import WorkerMetrics
+from stream.worker.runtime import STALL_SECONDS, WorkerRuntime, WorkerStalled, WorkerTopics
+
+ECC = TP("t.ecc", 0)
+
+
+class FakeConsumer:
+    def __init__(self) -> None:
+        self._active_partitions = {ECC}
+        self._buffered_partitions: set[Any] = set()
+        self._paused_partitions: set[Any] = set()
+        self._committed_offset = {ECC: 100}
+        self._read_offset = {ECC: 99}
+        self.flow_active = True
+        self.log_start = 0
+        self.seeks: list[tuple[Any, int]] = []
+
+    def assignment(self) -> set[Any]:
+        return {ECC}
+
+    async def highwaters(self, *tps: Any) -> dict[Any, int]:
+        return {tp: 500 for tp in tps}
+
+    async def seek(self, tp: Any, offset: int) -> None:
+        self.seeks.append((tp, offset))
+
+    async def earliest_offsets(self, *tps: Any) -> dict[Any, int]:
+        return {tp: self.log_start for tp in tps}
+
+
+class FakeApp:
+    rebalancing = False
+
+    def __init__(self) -> None:
+        self.consumer = FakeConsumer()
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    now = [1000.0]
+    monkeypatch.setattr(runtime_module.time, "monotonic", lambda: now[0])
+    return now
+
+
+def make_runtime() -> tuple[WorkerRuntime, FakeApp]:
+    app = FakeApp()
+    topics = WorkerTopics(
+        kinds={"t.ecc": "ecc"}, jobs="t.jobs", jobs_by_node=None, incidents=None, dead_letters=None
+    )
+    settings = Settings.from_env(kafka_bootstrap="127.0.0.1:1")
+    return WorkerRuntime(app, settings, topics, sink=None, metrics=WorkerMetrics()), app  # type: ignore[arg-type]
+
+
+def look(runtime: WorkerRuntime, clock: list[float]) -> None:
+    """One stall check, a stall period after the previous one."""
+    clock[0] += STALL_SECONDS
+    asyncio.run(runtime._watch_for_stalls())
+
+
+def test_a_silent_partition_is_put_back_and_read_again_then_the_worker_stops(clock: list[float]) -> None:
+    runtime, app = make_runtime()
+    app.consumer._active_partitions.discard(ECC)  # what Faust's lost pressure-drop callback leaves
+    look(runtime, clock)  # the first look starts the partition's clock
+    assert app.consumer.seeks == []
+    look(runtime, clock)
+    assert app.consumer.seeks == [(ECC, 100)]  # from the committed offset: nothing applied yet
+    assert ECC in app.consumer._active_partitions
+    with pytest.raises(
+        WorkerStalled, match=r"t\.ecc/0 stalled: nothing delivered from offset 100 \(end 500\)"
+    ):
+        look(runtime, clock)
+
+
+def test_a_delivery_in_between_clears_the_stall(clock: list[float]) -> None:
+    runtime, app = make_runtime()
+
+    class Message:
+        tp, topic, offset = ECC, "t.ecc", 100
+
+    look(runtime, clock)
+    look(runtime, clock)
+    assert asyncio.run(runtime._next_in_line(Message()))  # the re-read brought offset 100
+    look(runtime, clock)  # silent again: read again, not stopped
+    assert app.consumer.seeks == [(ECC, 100), (ECC, 101)]
+
+
+def test_nothing_happens_while_clickhouse_flushes_fail(clock: list[float]) -> None:
+    runtime, app = make_runtime()
+    look(runtime, clock)
+    runtime._last_flush_failure = clock[0] + STALL_SECONDS - 1  # the agent is held by the retries
+    look(runtime, clock)
+    assert app.consumer.seeks == []
+
+
+def test_offsets_the_broker_deleted_are_counted_as_lost_and_reading_goes_on(clock: list[float]) -> None:
+    runtime, app = make_runtime()
+    app.consumer.log_start = 300  # age or size retention deleted offsets 100..299
+    look(runtime, clock)
+    look(runtime, clock)
+    assert app.consumer.seeks == [(ECC, 300)]
+    assert runtime.metrics.input_lost.labels("t.ecc")._value.get() == 200
+    assert runtime.positions.next_offset(ECC) == 300
