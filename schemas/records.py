@@ -21,10 +21,12 @@ from schemas.timeutil import format_ts, parse_ts
 
 __all__ = [
     "ECC_COUNTERS",
+    "RECORD_KIND",
     "EccSample",
     "InvalidRecord",
     "JobEvent",
     "JobState",
+    "Record",
     "XidEvent",
     "normalize_pci_bus_id",
 ]
@@ -429,3 +431,10 @@ class JobEvent:
             user=_str(data, "user", required=False),
             source=source,
         )
+
+
+#: Any input record: what parsers yield, topics carry and the detection core processes.
+Record = XidEvent | EccSample | JobEvent
+
+#: The short name of each record type, as dead letters and counters name it.
+RECORD_KIND: dict[type[Record], str] = {XidEvent: "xid", EccSample: "ecc", JobEvent: "job"}

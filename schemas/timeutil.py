@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-__all__ = ["format_ts", "parse_ts"]
+__all__ = ["DAY_MS", "HOUR_MS", "MINUTE_MS", "format_ts", "parse_ts"]
+
+MINUTE_MS = 60_000
+HOUR_MS = 3_600_000
+DAY_MS = 86_400_000
 
 
 def parse_ts(value: object) -> int:
