@@ -19,23 +19,213 @@ dead_letters      records that could not be used, with the reason and the raw by
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-__all__ = ["DEFAULT_DATABASE", "TABLES", "ddl_statements"]
+from schemas.records import ECC_COUNTERS
+
+__all__ = ["DEFAULT_DATABASE", "INSERT_COLUMNS", "TABLES", "Column", "Table", "ddl_statements"]
 
 DEFAULT_DATABASE = "faultstream"
 
-#: Tables written by the pipeline, in the order they are created.
-TABLES = (
-    "xid_events",
-    "job_events",
-    "ecc_samples",
-    "incidents",
-    "job_attributions",
-    "mttf_partials",
-    "dead_letters",
+_TS = "DateTime64(3, 'UTC')"
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One column of a table: its name, its ClickHouse type, and whether the pipeline writes it."""
+
+    name: str
+    type: str
+    #: False for a column ClickHouse computes itself (MATERIALIZED): never in an INSERT.
+    written: bool = True
+    #: SQL comment lines shown above the column in the DDL (why it exists).
+    comment: tuple[str, ...] = ()
+
+    def sql(self) -> str:
+        lines = [f"    -- {line}" for line in self.comment]
+        return "\n".join([*lines, f"    {self.name} {self.type}"])
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    """A table written by the pipeline: its columns in order, and its engine clause."""
+
+    name: str
+    columns: tuple[Column, ...]
+    engine: str
+
+    def create(self, database: str) -> str:
+        """The idempotent CREATE statement of this table in ``database``."""
+        body = ",\n".join(column.sql() for column in self.columns)
+        return f"CREATE TABLE IF NOT EXISTS {database}.{self.name} (\n{body}\n) {self.engine}"
+
+
+def _columns(spec: str) -> tuple[Column, ...]:
+    """Columns from ``name type`` lines (the type is the rest of the line)."""
+    return tuple(Column(*line.strip().split(" ", 1)) for line in spec.strip().splitlines())
+
+
+_LOW = "LowCardinality(String)"
+
+#: Tables written by the pipeline, in the order they are created. The ClickHouse sink inserts
+#: exactly :data:`INSERT_COLUMNS` of each, so a column is declared here and nowhere else.
+_TABLES: tuple[Table, ...] = (
+    Table(
+        "xid_events",
+        _columns(f"""
+            event_id String
+            ts {_TS}
+            cluster {_LOW}
+            node {_LOW}
+            pci_bus_id {_LOW}
+            gpu Nullable(UInt16)
+            xid UInt16
+            xid_name {_LOW}
+            category {_LOW}
+            severity {_LOW}
+            hardware Bool
+            pid Nullable(UInt32)
+            process String
+            message String
+            source String
+        """),
+        "ENGINE = ReplacingMergeTree\nPARTITION BY toYYYYMM(ts)\nORDER BY (cluster, node, ts, event_id)",
+    ),
+    Table(
+        "job_events",
+        _columns(f"""
+            ts {_TS}
+            cluster {_LOW}
+            job_id String
+            state {_LOW}
+            start Nullable({_TS})
+            end Nullable({_TS})
+            nodes Array({_LOW})
+            num_nodes UInt32
+            gpus UInt32
+            exit_code String
+            name String
+            user String
+            source String
+        """),
+        "ENGINE = ReplacingMergeTree\nPARTITION BY toYYYYMM(ts)\nORDER BY (cluster, job_id, ts, state)",
+    ),
+    Table(
+        "ecc_samples",
+        (
+            *_columns(f"""
+                ts {_TS}
+                cluster {_LOW}
+                node {_LOW}
+                gpu_key {_LOW}
+                gpu Nullable(UInt16)
+                pci_bus_id {_LOW}
+            """),
+            *(Column(name, "Nullable(UInt64)") for name in ECC_COUNTERS),
+            *_columns("""
+                sbe_delta UInt64
+                dbe_delta UInt64
+                counter_reset Bool
+            """),
+        ),
+        "ENGINE = ReplacingMergeTree\nPARTITION BY toYYYYMM(ts)\nORDER BY (cluster, node, gpu_key, ts)",
+    ),
+    Table(
+        "incidents",
+        _columns(f"""
+            incident_id String
+            version UInt64
+            kind {_LOW}
+            severity {_LOW}
+            status {_LOW}
+            cluster {_LOW}
+            node {_LOW}
+            gpu {_LOW}
+            first_evidence {_TS}
+            last_evidence {_TS}
+            detected {_TS}
+            detector {_LOW}
+            score Float64
+            action String
+            summary String
+            evidence String
+            evidence_count UInt32
+        """),
+        "ENGINE = ReplacingMergeTree(version)\nORDER BY incident_id",
+    ),
+    Table(
+        "job_attributions",
+        (
+            *_columns(f"""
+                cluster {_LOW}
+                job_id String
+                state {_LOW}
+                start {_TS}
+                end {_TS}
+                num_nodes UInt32
+                gpus UInt32
+                size_bucket {_LOW}
+                hardware Bool
+                evidence_nodes Array({_LOW})
+                evidence_xids Array(UInt16)
+                evidence_kinds Array({_LOW})
+                incident_id String
+                gpu_hours Float64
+            """),
+            Column(
+                "verdict",
+                "UInt8 MATERIALIZED toUInt8(hardware)",
+                written=False,
+                comment=(
+                    "A job spanning several partitions is judged by each with its own nodes' evidence: a",
+                    "hardware verdict replaces a no-evidence one, whatever order they were written in.",
+                ),
+            ),
+        ),
+        "ENGINE = ReplacingMergeTree(verdict)\nORDER BY (cluster, job_id, start)",
+    ),
+    Table(
+        "mttf_partials",
+        _columns(f"""
+            window_seconds UInt32
+            window_start {_TS}
+            cluster {_LOW}
+            size_bucket {_LOW}
+            size_bucket_min_gpus UInt32
+            job_id String
+            run_start {_TS}
+            node_hours Float64
+            gpu_hours Float64
+            job_hours Float64
+            jobs_ended UInt32
+            jobs_failed UInt32
+            failures UInt32
+            version UInt64
+        """),
+        "ENGINE = ReplacingMergeTree(version)\nORDER BY (cluster, window_seconds, window_start, job_id, run_start)",
+    ),
+    Table(
+        "dead_letters",
+        _columns(f"""
+            source String
+            location String
+            reason String
+            record_kind {_LOW}
+            event_ts Nullable({_TS})
+            raw String
+            recorded_at {_TS}
+        """),
+        "ENGINE = ReplacingMergeTree\nORDER BY (source, location, reason)",
+    ),
 )
 
-_TS = "DateTime64(3, 'UTC')"
+#: Tables written by the pipeline, in the order they are created.
+TABLES: tuple[str, ...] = tuple(table.name for table in _TABLES)
+
+#: Table -> the columns an INSERT names, in order (the ClickHouse sink's row layout).
+INSERT_COLUMNS: dict[str, tuple[str, ...]] = {
+    table.name: tuple(column.name for column in table.columns if column.written) for table in _TABLES
+}
 
 
 def ddl_statements(
@@ -76,126 +266,9 @@ def ddl_statements(
         sum(jobs_ended) AS jobs_ended,
         sum(jobs_failed) AS jobs_failed,
         sum(failures) AS failures"""
-    return [
-        f"CREATE DATABASE IF NOT EXISTS {db}",
-        f"""CREATE TABLE IF NOT EXISTS {db}.xid_events (
-    event_id String,
-    ts {_TS},
-    cluster LowCardinality(String),
-    node LowCardinality(String),
-    pci_bus_id LowCardinality(String),
-    gpu Nullable(UInt16),
-    xid UInt16,
-    xid_name LowCardinality(String),
-    category LowCardinality(String),
-    severity LowCardinality(String),
-    hardware Bool,
-    pid Nullable(UInt32),
-    process String,
-    message String,
-    source String
-) ENGINE = ReplacingMergeTree
-PARTITION BY toYYYYMM(ts)
-ORDER BY (cluster, node, ts, event_id)""",
-        f"""CREATE TABLE IF NOT EXISTS {db}.job_events (
-    ts {_TS},
-    cluster LowCardinality(String),
-    job_id String,
-    state LowCardinality(String),
-    start Nullable({_TS}),
-    end Nullable({_TS}),
-    nodes Array(LowCardinality(String)),
-    num_nodes UInt32,
-    gpus UInt32,
-    exit_code String,
-    name String,
-    user String,
-    source String
-) ENGINE = ReplacingMergeTree
-PARTITION BY toYYYYMM(ts)
-ORDER BY (cluster, job_id, ts, state)""",
-        f"""CREATE TABLE IF NOT EXISTS {db}.ecc_samples (
-    ts {_TS},
-    cluster LowCardinality(String),
-    node LowCardinality(String),
-    gpu_key LowCardinality(String),
-    gpu Nullable(UInt16),
-    pci_bus_id LowCardinality(String),
-    sbe_volatile Nullable(UInt64),
-    dbe_volatile Nullable(UInt64),
-    sbe_aggregate Nullable(UInt64),
-    dbe_aggregate Nullable(UInt64),
-    retired_pages_sbe Nullable(UInt64),
-    retired_pages_dbe Nullable(UInt64),
-    retired_pages_pending Nullable(UInt64),
-    remapped_rows_correctable Nullable(UInt64),
-    remapped_rows_uncorrectable Nullable(UInt64),
-    remap_pending Nullable(UInt64),
-    remap_failure Nullable(UInt64),
-    sbe_delta UInt64,
-    dbe_delta UInt64,
-    counter_reset Bool
-) ENGINE = ReplacingMergeTree
-PARTITION BY toYYYYMM(ts)
-ORDER BY (cluster, node, gpu_key, ts)""",
-        f"""CREATE TABLE IF NOT EXISTS {db}.incidents (
-    incident_id String,
-    version UInt64,
-    kind LowCardinality(String),
-    severity LowCardinality(String),
-    status LowCardinality(String),
-    cluster LowCardinality(String),
-    node LowCardinality(String),
-    gpu LowCardinality(String),
-    first_evidence {_TS},
-    last_evidence {_TS},
-    detected {_TS},
-    detector LowCardinality(String),
-    score Float64,
-    action String,
-    summary String,
-    evidence String,
-    evidence_count UInt32
-) ENGINE = ReplacingMergeTree(version)
-ORDER BY incident_id""",
-        f"""CREATE TABLE IF NOT EXISTS {db}.job_attributions (
-    cluster LowCardinality(String),
-    job_id String,
-    state LowCardinality(String),
-    start {_TS},
-    end {_TS},
-    num_nodes UInt32,
-    gpus UInt32,
-    size_bucket LowCardinality(String),
-    hardware Bool,
-    evidence_nodes Array(LowCardinality(String)),
-    evidence_xids Array(UInt16),
-    evidence_kinds Array(LowCardinality(String)),
-    incident_id String,
-    gpu_hours Float64,
-    -- A job spanning several partitions is judged by each with its own nodes' evidence: a
-    -- hardware verdict replaces a no-evidence one, whatever order they were written in.
-    verdict UInt8 MATERIALIZED toUInt8(hardware)
-) ENGINE = ReplacingMergeTree(verdict)
-ORDER BY (cluster, job_id, start)""",
-        f"""CREATE TABLE IF NOT EXISTS {db}.mttf_partials (
-    window_seconds UInt32,
-    window_start {_TS},
-    cluster LowCardinality(String),
-    size_bucket LowCardinality(String),
-    size_bucket_min_gpus UInt32,
-    job_id String,
-    run_start {_TS},
-    node_hours Float64,
-    gpu_hours Float64,
-    job_hours Float64,
-    jobs_ended UInt32,
-    jobs_failed UInt32,
-    failures UInt32,
-    version UInt64
-) ENGINE = ReplacingMergeTree(version)
-ORDER BY (cluster, window_seconds, window_start, job_id, run_start)""",
-        f"""CREATE VIEW IF NOT EXISTS {db}.mttf_windows AS
+    tables = [table.create(db) for table in _TABLES]
+    view_at = TABLES.index("mttf_partials") + 1  # the view reads mttf_partials
+    view = f"""CREATE VIEW IF NOT EXISTS {db}.mttf_windows AS
 SELECT
     window_seconds,
     window_start,
@@ -223,15 +296,5 @@ FROM (
         {sums}
     FROM {db}.mttf_partials FINAL
     GROUP BY window_seconds, window_start, cluster
-)""",
-        f"""CREATE TABLE IF NOT EXISTS {db}.dead_letters (
-    source String,
-    location String,
-    reason String,
-    record_kind LowCardinality(String),
-    event_ts Nullable({_TS}),
-    raw String,
-    recorded_at {_TS}
-) ENGINE = ReplacingMergeTree
-ORDER BY (source, location, reason)""",
-    ]
+)"""
+    return [f"CREATE DATABASE IF NOT EXISTS {db}", *tables[:view_at], view, *tables[view_at:]]

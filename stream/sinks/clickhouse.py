@@ -22,6 +22,7 @@ from clickhouse_connect.driver.client import Client
 
 from detectors.core import EccRow, Emitted
 from detectors.xid_catalog import classify_xid
+from schemas.ddl import INSERT_COLUMNS
 from schemas.outputs import DeadLetter, Incident, JobAttribution, MttfPartial
 from schemas.records import ECC_COUNTERS, JobEvent, XidEvent
 
@@ -36,34 +37,8 @@ class SinkFlushError(RuntimeError):
         self.retry_after = retry_after
 
 
-_COLUMNS: dict[str, tuple[str, ...]] = {
-    "xid_events": (
-        "event_id", "ts", "cluster", "node", "pci_bus_id", "gpu", "xid", "xid_name", "category",
-        "severity", "hardware", "pid", "process", "message", "source",
-    ),
-    "job_events": (
-        "ts", "cluster", "job_id", "state", "start", "end", "nodes", "num_nodes", "gpus", "exit_code",
-        "name", "user", "source",
-    ),
-    "ecc_samples": (
-        "ts", "cluster", "node", "gpu_key", "gpu", "pci_bus_id", *ECC_COUNTERS, "sbe_delta", "dbe_delta",
-        "counter_reset",
-    ),
-    "incidents": (
-        "incident_id", "version", "kind", "severity", "status", "cluster", "node", "gpu", "first_evidence",
-        "last_evidence", "detected", "detector", "score", "action", "summary", "evidence", "evidence_count",
-    ),
-    "job_attributions": (
-        "cluster", "job_id", "state", "start", "end", "num_nodes", "gpus", "size_bucket", "hardware",
-        "evidence_nodes", "evidence_xids", "evidence_kinds", "incident_id", "gpu_hours",
-    ),
-    "mttf_partials": (
-        "window_seconds", "window_start", "cluster", "size_bucket", "size_bucket_min_gpus", "job_id",
-        "run_start", "node_hours", "gpu_hours", "job_hours", "jobs_ended", "jobs_failed", "failures",
-        "version",
-    ),
-    "dead_letters": ("source", "location", "reason", "record_kind", "event_ts", "raw", "recorded_at"),
-}  # fmt: skip
+#: Each row below is built in the column order of schemas.ddl (which declares the tables).
+_COLUMNS = INSERT_COLUMNS
 
 
 _ECC_NAMES = tuple(ECC_COUNTERS)
