@@ -62,7 +62,8 @@ class Table:
 
 def _columns(spec: str) -> tuple[Column, ...]:
     """Columns from ``name type`` lines (the type is the rest of the line)."""
-    return tuple(Column(*line.strip().split(" ", 1)) for line in spec.strip().splitlines())
+    pairs = (line.strip().split(" ", 1) for line in spec.strip().splitlines())
+    return tuple(Column(name, sql_type) for name, sql_type in pairs)
 
 
 _LOW = "LowCardinality(String)"
