@@ -19,8 +19,9 @@ import sys
 import time
 from pathlib import Path
 
+from stream.inputs.files import read_records
 from stream.inputs.parsers.options import ParseOptions
-from stream.replay import read_records, replay
+from stream.replay import replay
 from stream.settings import Settings
 from stream.sinks.store import connect
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from detectors.core import CoreConfig, DetectionCore
 from schemas.records import InvalidRecord
+from stream.inputs.files import read_records
 from stream.inputs.parsers.options import ParseOptions
-from stream.replay import read_records
 
 
 def main() -> int:

@@ -15,6 +15,7 @@ from typing import Any
 
 from detectors.core import CoreConfig
 from detectors.mttf import SizeBuckets
+from stream.sinks.dead_letters import DeadLetterPolicy
 
 __all__ = ["ENV_PREFIX", "Settings", "SettingsError"]
 
@@ -77,6 +78,11 @@ class Settings:
     )
     dead_letter_min_records: int = setting(
         200, "Records of a source seen before the dead-letter ratio is enforced."
+    )
+    dead_letter_max_consecutive: int = setting(
+        1000,
+        "Stop loudly when this many records in a row from one source are dead letters, however many "
+        "good ones came before (0: no limit).",
     )
     sink_batch_rows: int = setting(50_000, "Rows buffered per table before a ClickHouse insert.")
     kafka_bootstrap: str = setting(
@@ -175,6 +181,15 @@ class Settings:
     def reference_sizes(self) -> tuple[int, ...]:
         """Reference job sizes as integers."""
         return _ints(self.reference_job_sizes)
+
+    def dead_letter_policy(self, hint: str | None = None) -> DeadLetterPolicy:
+        """The dead-letter limits; ``hint`` ends the message that stops a run."""
+        policy = DeadLetterPolicy(
+            self.dead_letter_max_ratio, self.dead_letter_min_records, self.dead_letter_max_consecutive
+        )
+        if hint is not None:
+            policy.hint = hint
+        return policy
 
     def core_config(self) -> CoreConfig:
         """The detection core's configuration."""

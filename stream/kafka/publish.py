@@ -1,9 +1,10 @@
-"""Kafka I/O outside the worker: creating the topics, and publishing history with ``replay --to``.
+"""``replay --to``: publishing history to the input topics, in event-time order.
 
-Published records are the JSON form of :mod:`schemas.records` (the same documents the JSON
-Schemas describe), keyed by node (XID, ECC) or job id (jobs), with the record's event time as the
-Kafka message timestamp. Records that fail parsing go to the dead-letter topic with the reason,
-source and location in headers and the raw bytes as the value, so nothing is dropped on the way.
+Records are encoded by :mod:`stream.kafka.codec` (keyed by node, or job id for jobs, with the
+event time as the Kafka timestamp). Records that fail parsing, or come later than the allowed
+lateness within their file, go to the dead-letter topic with the reason, source and location in
+headers and the raw bytes as the value (:class:`stream.sinks.dead_letters.KafkaDeadLetters`), so
+nothing is dropped on the way.
 """
 
 from __future__ import annotations
@@ -13,64 +14,20 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-import orjson
 from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import TopicAlreadyExistsError
 
 from schemas.records import EccSample, InvalidRecord, JobEvent, XidEvent
+from stream.inputs.files import LateRecord, MergedInputs, SourceStats
 from stream.inputs.parsers import Format
 from stream.inputs.parsers.options import ParseOptions
-from stream.kafka.topics import topic_specs
-from stream.replay import MergedInputs, SourceStats, _Late, late_dead_letter
+from stream.kafka.codec import encode_record, record_key
+from stream.pipeline import late_dead_letter
 from stream.settings import Settings
+from stream.sinks.dead_letters import KafkaDeadLetters, to_dead_letter
 
-__all__ = ["PublishSummary", "create_topics", "publish", "record_key"]
-
-
-def record_key(record: XidEvent | EccSample | JobEvent) -> bytes:
-    """The Kafka key of a record: its node, or its job id for job state changes."""
-    if isinstance(record, JobEvent):
-        return f"{record.cluster}/{record.job_id}".encode()
-    return record.node.encode()
-
-
-async def create_topics(settings: Settings) -> list[tuple[str, str]]:
-    """Create the topics with their configs, or set the configs of those that exist; return
-    ``(topic, "created" | "exists, config set")`` for each."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=30_000)
-    await admin.start()
-    outcome = []
-    try:
-        for spec in topic_specs(settings):
-            topic = NewTopic(spec.name, spec.partitions, spec.replication, topic_configs=spec.config)
-            try:
-                response = await admin.create_topics([topic])
-            except TopicAlreadyExistsError:
-                exists = True
-            else:
-                errors = [e for e in getattr(response, "topic_errors", []) if e[1] not in (0, 36)]
-                if errors:
-                    raise RuntimeError(f"Kafka refused to create {spec.name}: {errors}")
-                exists = any(e[1] == 36 for e in getattr(response, "topic_errors", []))
-            if exists:
-                # An existing topic gets this version's config (an older one kept inputs 7 days
-                # by age, which deletes replayed history); its partition count is left alone.
-                await _set_config(admin, spec.name, spec.config)
-            outcome.append((spec.name, "exists, config set" if exists else "created"))
-    finally:
-        await admin.close()
-    return outcome
-
-
-async def _set_config(admin: AIOKafkaAdminClient, topic: str, config: dict[str, str]) -> None:
-    resource = ConfigResource(ConfigResourceType.TOPIC, topic, configs=config)
-    for response in await admin.alter_configs([resource]):
-        for code, message, *_ in getattr(response, "resources", []):
-            if code:
-                raise RuntimeError(f"Kafka refused the config of {topic}: error {code} {message or ''}")
+__all__ = ["PublishSummary", "publish"]
 
 
 @dataclass(slots=True)
@@ -95,6 +52,7 @@ async def publish(
     started = time.perf_counter()
     inputs = MergedInputs(paths, options, fmt, settings.allowed_lateness_seconds * 1000)
     summary = PublishSummary(sources=inputs.sources)
+    lateness_s = settings.allowed_lateness_seconds
     topics = {XidEvent: settings.topic_xid, EccSample: settings.topic_ecc, JobEvent: settings.topic_jobs}
     producer = AIOKafkaProducer(
         bootstrap_servers=settings.kafka_bootstrap,
@@ -106,44 +64,30 @@ async def publish(
     sent = 0
     try:
         pending = []
+
+        async def send_dead_letter(key: bytes, value: bytes, headers: list[tuple[str, bytes]]) -> Any:
+            return await producer.send(settings.topic_dead_letters, value=value, key=key, headers=headers)
+
+        letters = KafkaDeadLetters(send_dead_letter)
         for item, stats in inputs:
-            if isinstance(item, InvalidRecord | _Late):
-                if isinstance(item, _Late):
-                    stats.late += 1
-                    letter = late_dead_letter(
-                        item.record, item.watermark_ms, stats.path, settings.allowed_lateness_seconds
-                    )
-                    reason, location, raw = letter.reason, letter.location, letter.raw
-                else:
-                    stats.dead_letters += 1
-                    reason, location, raw = item.reason, item.location, item.raw
-                summary.dead_letters += 1
-                pending.append(
-                    await producer.send(
-                        settings.topic_dead_letters,
-                        value=raw,
-                        key=stats.path.encode(),
-                        headers=[
-                            ("reason", reason.encode()),
-                            ("source", stats.path.encode()),
-                            ("location", location.encode()),
-                        ],
-                    )
-                )
+            if isinstance(item, InvalidRecord):
+                stats.dead_letters += 1
+                letters.produce(to_dead_letter(item))
+            elif isinstance(item, LateRecord):
+                stats.late += 1
+                letters.produce(late_dead_letter(item.record, item.watermark_ms, stats.path, lateness_s))
             else:
                 topic = topics[type(item)]
                 pending.append(
                     await producer.send(
-                        topic,
-                        value=orjson.dumps(item.to_dict()),
-                        key=record_key(item),
-                        timestamp_ms=item.ts_ms,
+                        topic, value=encode_record(item), key=record_key(item), timestamp_ms=item.ts_ms
                     )
                 )
                 stats.records[topic] += 1
                 summary.sent[topic] = summary.sent.get(topic, 0) + 1
             sent += 1
-            if len(pending) >= 10_000:
+            if len(pending) + letters.pending(0) >= 10_000:
+                summary.dead_letters += await letters.deliver(0)
                 await asyncio.gather(*pending)
                 pending.clear()
                 if progress is not None:
@@ -152,6 +96,7 @@ async def publish(
                 ahead = sent / rate - (time.perf_counter() - started)
                 if ahead > 0:
                     await asyncio.sleep(ahead)
+        summary.dead_letters += await letters.deliver(0)
         await asyncio.gather(*pending)
         await producer.flush()
     finally:

@@ -13,7 +13,7 @@ storm of updates to one incident becomes one row per flush.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +26,10 @@ from schemas.ddl import INSERT_COLUMNS
 from schemas.outputs import DeadLetter, Incident, JobAttribution, MttfPartial
 from schemas.records import ECC_COUNTERS, JobEvent, XidEvent
 
-__all__ = ["ClickHouseSink", "SinkFlushError", "flush_with_retry"]
+__all__ = ["ClickHouseSink", "SinkFlushError", "flush_with_retry", "retry_delays"]
+
+#: The longest wait between two tries of a failed flush.
+MAX_RETRY_DELAY_S = 30.0
 
 
 class SinkFlushError(RuntimeError):
@@ -106,6 +109,22 @@ def _dead_letter_row(item: DeadLetter) -> list[Any]:
     ]  # fmt: skip
 
 
+def retry_delays(first: float = 0.5, cap: float = MAX_RETRY_DELAY_S) -> Iterator[float]:
+    """Seconds to wait before each retry of a failed flush: doubling from ``first``, capped.
+
+    The one backoff schedule of every writer (the replay's :func:`flush_with_retry` and the
+    worker's commit point, which retries without end while it holds the agent).
+
+    >>> delays = retry_delays()
+    >>> [next(delays) for _ in range(8)]
+    [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+    """
+    delay = first
+    while True:
+        yield min(delay, cap)
+        delay *= 2
+
+
 def flush_with_retry(
     sink: ClickHouseSink,
     partition: int | None = None,
@@ -131,7 +150,7 @@ def flush_with_retry(
     >>> flush_with_retry(sink, sleep=lambda seconds: None), Flaky.calls
     (1, 3)
     """
-    delay = first_delay
+    delays = retry_delays(first_delay)
     for attempt in range(1, attempts + 1):
         try:
             return sink.flush(partition)
@@ -140,8 +159,7 @@ def flush_with_retry(
                 raise
             if on_retry is not None:
                 on_retry(attempt, exc)
-            sleep(min(delay, 30.0))
-            delay *= 2
+            sleep(next(delays))
     raise AssertionError("unreachable")
 
 

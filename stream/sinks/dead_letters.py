@@ -1,26 +1,43 @@
-"""Dead letters: where bad records go, and the ratio limit that stops a bad deploy loudly.
+"""Dead letters: where bad records go, and the limits that stop a bad deploy loudly.
 
 After arroyo's DLQ: a bad record is an :class:`schemas.records.InvalidRecord` carrying its
-reason, source, location and raw bytes; it becomes a :class:`schemas.outputs.DeadLetter`, is
-written to the dead-letter sink and counted. If more than ``max_ratio`` of a source's records
-are bad (after ``min_records`` of them), :class:`DeadLetterLimitExceeded` stops the run: a wrong
-file format or a broken producer must not quietly drain everything into the dead letters.
+reason, source, location and raw bytes; it becomes a :class:`schemas.outputs.DeadLetter`, which
+goes to the ``dead_letters`` table (through the ClickHouse sink, like every row) and to one
+:class:`DeadLetterProducer`: a JSON Lines file in embedded mode (:class:`DeadLetterFile`), the
+dead-letter topic on Kafka (:class:`KafkaDeadLetters`), or nowhere else (:class:`NoDeadLetters`).
+
+:class:`DeadLetterPolicy` counts them: if more than ``max_ratio`` of a source's records are bad
+(after ``min_records`` of them), or ``max_consecutive`` records in a row are, the run stops with
+:class:`DeadLetterLimitExceeded`. The ratio catches a wrong input from the start; the consecutive
+count catches a producer that breaks after millions of good records, whose ratio would take as
+many bad ones to cross the limit.
 """
 
 from __future__ import annotations
 
 import base64
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any, Protocol
 
 import orjson
 
 from schemas.outputs import DeadLetter
 from schemas.records import InvalidRecord
 
-__all__ = ["DeadLetterFile", "DeadLetterLimitExceeded", "DeadLetterPolicy", "reason_class", "to_dead_letter"]
+__all__ = [
+    "DeadLetterFile",
+    "DeadLetterLimitExceeded",
+    "DeadLetterPolicy",
+    "DeadLetterProducer",
+    "KafkaDeadLetters",
+    "NoDeadLetters",
+    "dead_letter_headers",
+    "reason_class",
+    "to_dead_letter",
+]
 
 
 class DeadLetterLimitExceeded(RuntimeError):
@@ -52,7 +69,7 @@ def to_dead_letter(
 
 @dataclass(slots=True)
 class DeadLetterPolicy:
-    """Counts good and bad records per source and enforces the ratio limit.
+    """Counts good and bad records per source and enforces the ratio and the consecutive limits.
 
     Examples
     --------
@@ -64,35 +81,53 @@ class DeadLetterPolicy:
     Traceback (most recent call last):
     ...
     stream.sinks.dead_letters.DeadLetterLimitExceeded: f.log: 3 of 4 records (75%) are dead letters, above the limit of 50% (FAULTSTREAM_DEAD_LETTER_MAX_RATIO); most common reason: unparseable. Is this the right input (see --format)?
+    >>> policy = DeadLetterPolicy(max_consecutive=3)
+    >>> for _ in range(3):
+    ...     policy.bad("xid/0", "not JSON")
+    >>> policy.check("xid/0")
+    Traceback (most recent call last):
+    ...
+    stream.sinks.dead_letters.DeadLetterLimitExceeded: xid/0: the last 3 records in a row are dead letters (FAULTSTREAM_DEAD_LETTER_MAX_CONSECUTIVE); most common reason: not JSON. Is this the right input (see --format)?
     """  # noqa: E501
 
     max_ratio: float = 0.5
     min_records: int = 200
+    #: This many bad records in a row from one source stop the run (0: no limit).
+    max_consecutive: int = 0
     hint: str = "Is this the right input (see --format)?"
     good_by_source: Counter[str] = field(default_factory=Counter)
     bad_by_source: Counter[str] = field(default_factory=Counter)
+    bad_in_a_row: Counter[str] = field(default_factory=Counter)
     reasons: Counter[str] = field(default_factory=Counter)
-    late: int = 0
 
     def good(self, source: str) -> None:
         """Count a record that was used."""
         self.good_by_source[source] += 1
+        if self.bad_in_a_row[source]:
+            self.bad_in_a_row[source] = 0
 
     def bad(self, source: str, reason: str) -> None:
         """Count a dead letter."""
         self.bad_by_source[source] += 1
+        self.bad_in_a_row[source] += 1
         self.reasons[reason_class(reason)] += 1
 
     def check(self, source: str) -> None:
-        """Raise :class:`DeadLetterLimitExceeded` if ``source`` is over the limit."""
+        """Raise :class:`DeadLetterLimitExceeded` if ``source`` is over a limit."""
         bad = self.bad_by_source[source]
         total = bad + self.good_by_source[source]
+        common = self.reasons.most_common(1)[0][0] if self.reasons else "?"
         if total >= self.min_records and bad > self.max_ratio * total:
-            common = self.reasons.most_common(1)[0][0] if self.reasons else "?"
             raise DeadLetterLimitExceeded(
                 f"{source}: {bad} of {total} records ({bad / total:.0%}) are dead letters, above the limit "
                 f"of {self.max_ratio:.0%} (FAULTSTREAM_DEAD_LETTER_MAX_RATIO); most common reason: {common}. "
                 f"{self.hint}"
+            )
+        in_a_row = self.bad_in_a_row[source]
+        if self.max_consecutive and in_a_row >= self.max_consecutive:
+            raise DeadLetterLimitExceeded(
+                f"{source}: the last {in_a_row} records in a row are dead letters "
+                f"(FAULTSTREAM_DEAD_LETTER_MAX_CONSECUTIVE); most common reason: {common}. {self.hint}"
             )
 
     @property
@@ -101,8 +136,91 @@ class DeadLetterPolicy:
         return sum(self.bad_by_source.values())
 
 
+class DeadLetterProducer(Protocol):
+    """Where dead letters go besides the ``dead_letters`` table (arroyo's DLQ producer).
+
+    ``batch`` names the unit of work the letter belongs to (a worker's input partition): a
+    producer that delivers at commit points delivers a batch's letters with that batch.
+    """
+
+    def produce(self, letter: DeadLetter, batch: int = 0) -> None:
+        """Take one dead letter."""
+
+
+class NoDeadLetters:
+    """Dead letters go to the ``dead_letters`` table only."""
+
+    def produce(self, letter: DeadLetter, batch: int = 0) -> None:
+        """Drop the copy: the table has the letter."""
+
+
+def dead_letter_headers(letter: DeadLetter) -> list[tuple[str, bytes]]:
+    """The Kafka headers of a dead-letter message; its value is the raw bytes, its key the source."""
+    return [
+        ("reason", letter.reason.encode()),
+        ("source", letter.source.encode()),
+        ("location", letter.location.encode()),
+    ]
+
+
+#: Sends one message ``(key, value, headers)`` to the dead-letter topic; awaiting the result
+#: waits for the broker's ack (aiokafka's ``send`` and Faust's ``Topic.send`` both fit).
+SendMessage = Callable[[bytes, bytes, list[tuple[str, bytes]]], Awaitable[Awaitable[Any]]]
+
+
+class KafkaDeadLetters:
+    """The dead-letter topic: letters are held per batch and delivered at its commit point.
+
+    Examples
+    --------
+    >>> import asyncio
+    >>> sent = []
+    >>> async def send(key, value, headers):
+    ...     sent.append((key, value, dict(headers)["reason"]))
+    ...     return asyncio.sleep(0)  # the "ack"
+    >>> letters = KafkaDeadLetters(send)
+    >>> letters.produce(DeadLetter("xid/0", "offset 7", "not JSON", b"{", "xid"), batch=0)
+    >>> letters.pending(0)
+    1
+    >>> asyncio.run(letters.deliver(0)), sent
+    (1, [(b'xid/0', b'{', b'not JSON')])
+    """
+
+    def __init__(self, send: SendMessage) -> None:
+        self._send = send
+        self._pending: dict[int, list[DeadLetter]] = {}
+
+    def produce(self, letter: DeadLetter, batch: int = 0) -> None:
+        """Hold ``letter`` until :meth:`deliver` of its batch."""
+        self._pending.setdefault(batch, []).append(letter)
+
+    def pending(self, batch: int) -> int:
+        """Letters of ``batch`` not delivered yet."""
+        return len(self._pending.get(batch, ()))
+
+    async def deliver(self, batch: int) -> int:
+        """Send the batch's letters and wait for the broker's acks; return how many.
+
+        If sending fails, the letters not acknowledged stay pending for the next try.
+        """
+        letters = self._pending.get(batch, [])
+        acks = [
+            await self._send(letter.source.encode(), letter.raw, dead_letter_headers(letter))
+            for letter in letters
+        ]
+        for ack in acks:
+            await ack
+        self._pending.pop(batch, None)
+        return len(letters)
+
+    def discard(self, batch: int) -> None:
+        """Forget a batch's letters (its partition moved to a worker that redoes them)."""
+        self._pending.pop(batch, None)
+
+
 class DeadLetterFile:
-    """Appends dead letters as JSON Lines (embedded mode's dead-letter "topic").
+    """Appends dead letters as JSON Lines (embedded mode's dead-letter "topic"); a
+    :class:`DeadLetterProducer`.
 
     The raw bytes are kept exactly, base64-encoded, next to a readable (lossy) text form.
     """
@@ -112,7 +230,7 @@ class DeadLetterFile:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file: IO[bytes] = path.open("ab")
 
-    def write(self, letter: DeadLetter) -> None:
+    def produce(self, letter: DeadLetter, batch: int = 0) -> None:
         """Append one dead letter."""
         record = {
             "source": letter.source,

@@ -5,33 +5,20 @@ Topology
 ``jobs`` (key: job) --rekey_jobs--> ``jobs-by-node`` (key: node, one copy per node of the job)
 ``xid``, ``ecc``, ``jobs-by-node`` (co-partitioned by node) --detect--> ClickHouse, ``incidents``
 
-Per assigned input partition the worker keeps one :class:`~stream.worker.runtime.PartitionWorker`
-(its state and logic live in :mod:`stream.worker.runtime`; this module wires them into Faust): a
-:class:`detectors.core.DetectionCore`, fed in event-time order by an
-:class:`~stream.worker.merge.EventTimeMerger` over the partition's three topics, and one batch
-of the :class:`~stream.sinks.clickhouse.ClickHouseSink`.
-
-Commit point (:meth:`~stream.worker.runtime.WorkerRuntime.commit`), every
-``worker_flush_seconds`` or when a batch is full:
-
-1. flush the partition's ClickHouse batch; on failure wait and retry with backoff, holding the
-   agent (so Faust stops fetching: backpressure) and committing nothing;
-2. send the incident updates and dead letters of the batch, and wait for the broker's acks;
-3. write the partition's checkpoint (:mod:`stream.worker.checkpoints`) and wait for it;
-4. commit the partition's input offsets (past the last message applied).
+This module is Faust's wiring only. Per assigned input partition the worker keeps one
+:class:`~stream.worker.partition.PartitionWorker` (a :class:`detectors.core.DetectionCore` in a
+:class:`~stream.pipeline.RecordPipeline`, fed in event-time order by an
+:class:`~stream.worker.merge.EventTimeMerger` over the partition's three topics, and one batch of
+the :class:`~stream.sinks.clickhouse.ClickHouseSink`); :mod:`stream.worker.runtime` applies
+messages to them, :mod:`stream.worker.commit` is the commit point (flush, send, checkpoint,
+commit offsets) and :mod:`stream.worker.checkpoints` the detector state a restarted or new owner
+of a partition continues from.
 
 The worker commits offsets itself (the input topics are declared without Faust acks): Faust's
 offset tracking can commit past messages its agents never saw. :class:`stream.worker.positions.InputPositions`
 checks that each input partition's messages arrive contiguously; a gap, or a partition with more
-to read that has delivered nothing for 15 s (``STALL_SECONDS``), is read again from its first offset not
-applied (logged, and counted in ``faultstream_input_rereads_total``).
-
-A crash anywhere before 4 redoes the work from the previous checkpoint: ClickHouse rows are
-idempotent (ReplacingMergeTree on deterministic ids), and incident updates may reach the topic a
-second time with the same id and version (at-least-once; consumers keep the highest version per
-id). Because the checkpoint is written before the commit, a restarted worker resumes the
-detectors exactly where the committed offsets are, skipping messages whose effect the checkpoint
-already holds.
+to read that has delivered nothing for 15 s, is read again from its first offset not applied
+(logged, and counted in ``faultstream_input_rereads_total``).
 
 Known limit: the storm detector's fleet quantile and the lemon statistics see the nodes of one
 partition, so with several partitions their thresholds can differ from a single-partition run's.

@@ -1,7 +1,7 @@
 """The worker's Prometheus metrics, served on ``metrics_host:metrics_port`` at ``/metrics``.
 
-Every name starts with ``faultstream_``. Each worker has its own registry, so tests can build
-several in one process.
+Every name starts with ``faultstream_`` and is declared in :mod:`stream.worker.metric_defs`.
+Each worker has its own registry, so tests can build several in one process.
 """
 
 from __future__ import annotations
@@ -11,94 +11,52 @@ from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from stream.worker.metric_defs import METRICS, MetricDef, MetricKind, MetricName
+
 __all__ = ["WorkerMetrics"]
 
 
+def _declared(name: MetricName, kind: MetricKind) -> MetricDef:
+    metric = METRICS[name]
+    if metric.kind != kind:
+        raise TypeError(f"{name} is declared a {metric.kind}, not a {kind}")
+    return metric
+
+
 class WorkerMetrics:
-    """Counters, gauges and histograms of one worker."""
+    """Counters, gauges and histograms of one worker, as :mod:`stream.worker.metric_defs` declares them."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        registry = self.registry
-        self.events_in = Counter(
-            "faultstream_events_in", "Input messages read, by topic.", ["topic"], registry=registry
-        )
-        self.events_skipped = Counter(
-            "faultstream_events_skipped",
-            "Input messages delivered again and skipped (a restored checkpoint or an earlier read "
-            "already applied them).",
-            ["topic"],
-            registry=registry,
-        )
-        self.input_rereads = Counter(
-            "faultstream_input_rereads",
-            "Input partitions read again from their first unapplied offset (a gap in the offsets "
-            "delivered, or a partition with more to read that delivered nothing for a while).",
-            ["topic"],
-            registry=registry,
-        )
-        self.input_lost = Counter(
-            "faultstream_input_lost",
-            "Input messages the broker deleted (retention) before the worker read them.",
-            ["topic"],
-            registry=registry,
-        )
-        self.incidents_out = Counter(
-            "faultstream_incidents_out", "Incident updates sent to the incidents topic.", registry=registry
-        )
-        self.dead_letters = Counter(
-            "faultstream_dead_letters",
-            "Records sent to the dead letters, by topic and reason class.",
-            ["topic", "reason"],
-            registry=registry,
-        )
-        self.late_events = Counter(
-            "faultstream_late_events", "Records later than the allowed lateness.", registry=registry
-        )
-        self.sink_flush_seconds = Histogram(
-            "faultstream_sink_flush_seconds",
-            "Time of a successful ClickHouse flush.",
-            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
-            registry=registry,
-        )
-        self.sink_rows = Counter("faultstream_sink_rows", "Rows written to ClickHouse.", registry=registry)
-        self.sink_flush_failures = Counter(
-            "faultstream_sink_flush_failures", "Failed ClickHouse flushes (retried).", registry=registry
-        )
-        self.checkpoints_written = Counter(
-            "faultstream_checkpoints_written", "Detector-state checkpoints written.", registry=registry
-        )
-        self.checkpoint_bytes = Gauge(
-            "faultstream_checkpoint_bytes",
-            "Size of the newest checkpoint of each input partition.",
-            ["partition"],
-            registry=registry,
-        )
-        self.checkpoints_restored = Counter(
-            "faultstream_checkpoints_restored", "Partitions restored from a checkpoint.", registry=registry
-        )
-        self.consumer_lag = Gauge(
-            "faultstream_consumer_lag",
-            "Messages of an input partition not yet processed (high watermark - next offset).",
-            ["topic", "partition"],
-            registry=registry,
-        )
-        self.uncommitted = Gauge(
-            "faultstream_uncommitted",
-            "Messages of an input partition read but not committed yet, +1 while records released "
-            "from the merge wait for the commit point.",
-            ["partition"],
-            registry=registry,
-        )
-        self.held_back = Gauge(
-            "faultstream_merge_held_records",
-            "Records the event-time merge of a partition holds until its other sources catch up.",
-            ["partition"],
-            registry=registry,
-        )
-        self.commits = Counter(
-            "faultstream_commits", "Commit points (flush, publish, checkpoint, ack).", registry=registry
-        )
+        self.events_in = self._counter("faultstream_events_in")
+        self.events_skipped = self._counter("faultstream_events_skipped")
+        self.input_rereads = self._counter("faultstream_input_rereads")
+        self.input_lost = self._counter("faultstream_input_lost")
+        self.incidents_out = self._counter("faultstream_incidents_out")
+        self.dead_letters = self._counter("faultstream_dead_letters")
+        self.late_events = self._counter("faultstream_late_events")
+        self.sink_flush_seconds = self._histogram("faultstream_sink_flush_seconds")
+        self.sink_rows = self._counter("faultstream_sink_rows")
+        self.sink_flush_failures = self._counter("faultstream_sink_flush_failures")
+        self.checkpoints_written = self._counter("faultstream_checkpoints_written")
+        self.checkpoint_bytes = self._gauge("faultstream_checkpoint_bytes")
+        self.checkpoints_restored = self._counter("faultstream_checkpoints_restored")
+        self.consumer_lag = self._gauge("faultstream_consumer_lag")
+        self.uncommitted = self._gauge("faultstream_uncommitted")
+        self.held_back = self._gauge("faultstream_merge_held_records")
+        self.commits = self._counter("faultstream_commits")
+
+    def _counter(self, name: MetricName) -> Counter:
+        metric = _declared(name, "counter")
+        return Counter(name, metric.help, metric.labels, registry=self.registry)
+
+    def _gauge(self, name: MetricName) -> Gauge:
+        metric = _declared(name, "gauge")
+        return Gauge(name, metric.help, metric.labels, registry=self.registry)
+
+    def _histogram(self, name: MetricName) -> Histogram:
+        metric = _declared(name, "histogram")
+        return Histogram(name, metric.help, metric.labels, buckets=metric.buckets, registry=self.registry)
 
     def forget_partition(self, partition: int, topics: Iterable[str]) -> None:
         """Drop the per-partition series of a partition this worker no longer owns."""

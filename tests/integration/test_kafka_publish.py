@@ -18,7 +18,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from schemas.records import EccSample, InvalidRecord, JobEvent, XidEvent
 from stream.inputs.parsers import parse_file
 from stream.inputs.parsers.options import ParseOptions
-from stream.kafka.publish import record_key
+from stream.kafka.codec import record_key
 from tests.services import kafka
 from tests.services.kafka import consume
 

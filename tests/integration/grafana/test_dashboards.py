@@ -9,12 +9,11 @@ time range = the data's full span, the panel's interval computed as Grafana comp
 variables at their real values read from the store (All, and then concrete values), one node for
 the drill-down. A query that errors, or returns nothing where the store has data, fails with the
 dashboard and panel in its test id. Prometheus panels may only use the metrics and labels that
-stream/metrics.py defines.
+stream/worker/metric_defs.py declares.
 """
 
 from __future__ import annotations
 
-import ast
 import json
 import math
 import re
@@ -26,6 +25,7 @@ import pytest
 
 from detectors.mttf import ettr, optimal_checkpoint_interval_hours, projected_mttf_hours
 from stream.settings import Settings
+from stream.worker.metric_defs import exposed_series
 from tests.services.chdb_sql import SqlSession
 from tests.services.grafana_macros import (
     ALL,
@@ -43,7 +43,6 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[3]
 DASHBOARDS = ROOT / "docker" / "grafana" / "dashboards"
 EXAMPLE_LOGS = ROOT / "examples" / "sim-48x14" / "logs"
-METRICS_PY = ROOT / "stream" / "metrics.py"
 CLICKHOUSE = "grafana-clickhouse-datasource"
 
 # Appended to the example: an XID 79 that stays open (critical, unresolved at the end of input), a
@@ -410,28 +409,8 @@ _SCRAPE_LABELS = {"instance", "job"}
 
 
 def defined_metrics() -> dict[str, set[str]]:
-    """Exposed series names of stream/metrics.py (as prometheus_client names them) and their labels."""
-    suffixes = {
-        "Counter": ("_total", "_created"),
-        "Gauge": ("",),
-        "Histogram": ("_bucket", "_sum", "_count", "_created"),
-        "Summary": ("", "_sum", "_count", "_created"),
-    }
-    exposed: dict[str, set[str]] = {}
-    for node in ast.walk(ast.parse(METRICS_PY.read_text())):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in suffixes):
-            continue
-        name = ast.literal_eval(node.args[0])
-        labels: list[str] = []
-        if len(node.args) > 2:
-            labels = ast.literal_eval(node.args[2])
-        for keyword in node.keywords:
-            if keyword.arg == "labelnames":
-                labels = ast.literal_eval(keyword.value)
-        base = name.removesuffix("_total") if node.func.id == "Counter" else name
-        for suffix in suffixes[node.func.id]:
-            exposed[base + suffix] = set(labels) | ({"le"} if suffix == "_bucket" else set())
-    return exposed
+    """Exposed series names of the worker's metrics and their labels (stream/worker/metric_defs.py)."""
+    return exposed_series()
 
 
 def check_promql(expr: str, metrics: dict[str, set[str]]) -> list[str]:
@@ -468,7 +447,9 @@ def check_promql(expr: str, metrics: dict[str, set[str]]) -> list[str]:
         elif word in metrics:
             used.add(word)
         else:
-            problems.append(f"unknown metric {word} (stream/metrics.py defines {sorted(metrics)})")
+            problems.append(
+                f"unknown metric {word} (stream/worker/metric_defs.py declares {sorted(metrics)})"
+            )
     if not used:
         problems.append("the expression reads no faultstream metric")
     known_labels = set().union(*(metrics[m] for m in used)) | _SCRAPE_LABELS if used else set()

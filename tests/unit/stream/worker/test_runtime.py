@@ -99,7 +99,7 @@ def test_a_delivery_in_between_clears_the_stall(clock: list[float]) -> None:
 def test_nothing_happens_while_clickhouse_flushes_fail(clock: list[float]) -> None:
     runtime, app = make_runtime()
     look(runtime, clock)
-    runtime._last_flush_failure = clock[0] + STALL_SECONDS - 1  # the agent is held by the retries
+    runtime.commit_point.last_flush_failure = clock[0] + STALL_SECONDS - 1  # the agent is held by the retries
     look(runtime, clock)
     assert app.consumer.seeks == []
 

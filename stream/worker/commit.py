@@ -1,0 +1,131 @@
+"""The commit point: where a worker makes its work durable and commits input offsets.
+
+Per input partition, every ``worker_flush_seconds`` or when its batch is full, in this order:
+
+1. flush the partition's ClickHouse batch; on failure wait and retry with backoff, holding the
+   agent (so Faust stops fetching: backpressure) and committing nothing;
+2. send the incident updates and dead letters of the batch, and wait for the broker's acks;
+3. write the partition's checkpoint (:mod:`stream.worker.checkpoints`) and wait for it;
+4. commit the partition's input offsets (past the last message applied).
+
+A crash anywhere before 4 redoes the work from the previous checkpoint: ClickHouse rows are
+idempotent (ReplacingMergeTree on deterministic ids), incident updates may reach the topic a
+second time with the same id and version (consumers keep the highest version per id). The jobs
+topic, whose messages are re-keyed rather than applied, is committed once every copy of a job
+was delivered (:meth:`CommitPoint.commit_rekeyed`).
+
+:func:`commit_offsets` is the only call that commits offsets to Kafka.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from faust.types import TP
+
+from stream.sinks.clickhouse import ClickHouseSink, SinkFlushError, retry_delays
+from stream.sinks.dead_letters import KafkaDeadLetters
+from stream.worker.checkpoints import CheckpointTopic
+from stream.worker.metrics import WorkerMetrics
+from stream.worker.partition import PartitionWorker
+
+__all__ = ["CommitPoint", "commit_offsets"]
+
+_log = logging.getLogger("faultstream.worker")
+
+
+async def commit_offsets(consumer: Any, offsets: dict[Any, int]) -> bool:
+    """Commit ``offsets`` (topic partition -> next offset to read) for the worker's group.
+
+    Faust offers no public call that commits given offsets without its own ack tracking, which
+    the worker does not use (it can commit past messages its agents never saw): this is its
+    private one, called from here only.
+    """
+    return bool(await consumer._commit_offsets(offsets))
+
+
+class CommitPoint:
+    """Flush, send, checkpoint, commit — for one worker's partitions."""
+
+    def __init__(
+        self,
+        app: Any,
+        sink: ClickHouseSink,
+        dead_letters: KafkaDeadLetters,
+        incidents_topic: Any,
+        checkpoints: CheckpointTopic,
+        metrics: WorkerMetrics,
+    ) -> None:
+        self.app = app
+        self.sink = sink
+        self.dead_letters = dead_letters
+        self.incidents_topic = incidents_topic
+        self.checkpoints = checkpoints
+        self.metrics = metrics
+        #: Monotonic time of the last failed flush: the agent waits then, so nothing is delivered.
+        self.last_flush_failure = 0.0
+
+    async def flush_sink(self, batch: int, still_ours: Callable[[], bool]) -> bool:
+        """Flush one sink batch, retrying with backoff; False if the batch stopped being ours."""
+        delays = retry_delays()
+        while True:
+            if not still_ours():
+                return False
+            try:
+                self.sink.flush(batch)
+                return True
+            except SinkFlushError as exc:
+                delay = next(delays)
+                self.last_flush_failure = time.monotonic()
+                self.metrics.sink_flush_failures.inc()
+                _log.warning(
+                    "batch %d: ClickHouse flush failed, nothing is committed; retrying in %.1f s: %s",
+                    batch, delay, exc,
+                )  # fmt: skip
+            if self.app.should_stop:
+                return False
+            await asyncio.sleep(delay)
+
+    async def commit(self, state: PartitionWorker, still_ours: Callable[[], bool]) -> None:
+        """The partition's commit point: flush, send, checkpoint, then commit its input offsets."""
+        if not await self.flush_sink(state.partition, still_ours):
+            return
+        deliveries = [
+            await self.incidents_topic.send(
+                key=incident.node.encode(), value=orjson.dumps(incident.to_dict())
+            )
+            for incident in state.incidents.values()
+        ]
+        await asyncio.gather(*deliveries)
+        await self.dead_letters.deliver(state.partition)
+        self.metrics.incidents_out.inc(len(state.incidents))
+        state.incidents.clear()
+        if not still_ours():
+            return  # revoked while waiting: the new owner redoes this from the previous checkpoint
+        size = await self.checkpoints.save(state.checkpoint())
+        self.metrics.checkpoints_written.inc()
+        self.metrics.checkpoint_bytes.labels(str(state.partition)).set(size)
+        offsets = {TP(topic, state.partition): offset + 1 for topic, offset in state.applied.items()}
+        await commit_offsets(self.app.consumer, offsets)  # only now: everything before is safe
+        state.uncommitted = 0
+        state.changed = False
+        state.last_commit = time.monotonic()
+        self.metrics.commits.inc()
+
+    async def commit_rekeyed(
+        self, jobs_topic: str, rekeyed: dict[int, int], committed: dict[int, int]
+    ) -> None:
+        """Commit the jobs messages whose copies were all delivered (``rekeyed``: partition -> last
+        offset re-keyed); ``committed`` is updated with what was committed."""
+        offsets = {
+            TP(jobs_topic, partition): offset + 1
+            for partition, offset in rekeyed.items()
+            if committed.get(partition, -1) < offset
+        }
+        if offsets and await commit_offsets(self.app.consumer, offsets):
+            committed.update({tp.partition: offset - 1 for tp, offset in offsets.items()})

@@ -1,0 +1,120 @@
+"""Every metric of the worker, declared once (after arroyo's ``metric_defs``).
+
+A name is a :data:`MetricName` literal, so a typo where a metric is made is a type error; the
+Grafana dashboards' test reads :data:`METRICS` (through :func:`exposed_series`) to check every
+Prometheus panel against what the worker really exposes. :mod:`stream.worker.metrics` builds the
+prometheus-client objects from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["METRICS", "MetricDef", "MetricKind", "MetricName", "exposed_series"]
+
+MetricKind = Literal["counter", "gauge", "histogram"]
+
+MetricName = Literal[
+    "faultstream_events_in",
+    "faultstream_events_skipped",
+    "faultstream_input_rereads",
+    "faultstream_input_lost",
+    "faultstream_incidents_out",
+    "faultstream_dead_letters",
+    "faultstream_late_events",
+    "faultstream_sink_flush_seconds",
+    "faultstream_sink_rows",
+    "faultstream_sink_flush_failures",
+    "faultstream_checkpoints_written",
+    "faultstream_checkpoint_bytes",
+    "faultstream_checkpoints_restored",
+    "faultstream_consumer_lag",
+    "faultstream_uncommitted",
+    "faultstream_merge_held_records",
+    "faultstream_commits",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class MetricDef:
+    """One metric: its kind, its help text and its labels (histogram buckets where it has them)."""
+
+    kind: MetricKind
+    help: str
+    labels: tuple[str, ...] = ()
+    buckets: tuple[float, ...] = ()
+
+
+METRICS: dict[MetricName, MetricDef] = {
+    "faultstream_events_in": MetricDef("counter", "Input messages read, by topic.", ("topic",)),
+    "faultstream_events_skipped": MetricDef(
+        "counter",
+        "Input messages delivered again and skipped (a restored checkpoint or an earlier read "
+        "already applied them).",
+        ("topic",),
+    ),
+    "faultstream_input_rereads": MetricDef(
+        "counter",
+        "Input partitions read again from their first unapplied offset (a gap in the offsets "
+        "delivered, or a partition with more to read that delivered nothing for a while).",
+        ("topic",),
+    ),
+    "faultstream_input_lost": MetricDef(
+        "counter", "Input messages the broker deleted (retention) before the worker read them.", ("topic",)
+    ),
+    "faultstream_incidents_out": MetricDef("counter", "Incident updates sent to the incidents topic."),
+    "faultstream_dead_letters": MetricDef(
+        "counter", "Records sent to the dead letters, by topic and reason class.", ("topic", "reason")
+    ),
+    "faultstream_late_events": MetricDef("counter", "Records later than the allowed lateness."),
+    "faultstream_sink_flush_seconds": MetricDef(
+        "histogram",
+        "Time of a successful ClickHouse flush.",
+        buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+    ),
+    "faultstream_sink_rows": MetricDef("counter", "Rows written to ClickHouse."),
+    "faultstream_sink_flush_failures": MetricDef("counter", "Failed ClickHouse flushes (retried)."),
+    "faultstream_checkpoints_written": MetricDef("counter", "Detector-state checkpoints written."),
+    "faultstream_checkpoint_bytes": MetricDef(
+        "gauge", "Size of the newest checkpoint of each input partition.", ("partition",)
+    ),
+    "faultstream_checkpoints_restored": MetricDef("counter", "Partitions restored from a checkpoint."),
+    "faultstream_consumer_lag": MetricDef(
+        "gauge",
+        "Messages of an input partition not yet processed (high watermark - next offset).",
+        ("topic", "partition"),
+    ),
+    "faultstream_uncommitted": MetricDef(
+        "gauge",
+        "Messages of an input partition read but not committed yet, +1 while records released "
+        "from the merge wait for the commit point.",
+        ("partition",),
+    ),
+    "faultstream_merge_held_records": MetricDef(
+        "gauge",
+        "Records the event-time merge of a partition holds until its other sources catch up.",
+        ("partition",),
+    ),
+    "faultstream_commits": MetricDef("counter", "Commit points (flush, publish, checkpoint, ack)."),
+}
+
+_SUFFIXES: dict[MetricKind, tuple[str, ...]] = {
+    "counter": ("_total", "_created"),
+    "gauge": ("",),
+    "histogram": ("_bucket", "_sum", "_count", "_created"),
+}
+
+
+def exposed_series() -> dict[str, set[str]]:
+    """The series names ``/metrics`` shows (as prometheus-client names them), with their labels.
+
+    >>> series = exposed_series()
+    >>> sorted(series["faultstream_events_in_total"]), sorted(series["faultstream_sink_flush_seconds_bucket"])
+    (['topic'], ['le'])
+    """
+    exposed: dict[str, set[str]] = {}
+    for name, metric in METRICS.items():
+        for suffix in _SUFFIXES[metric.kind]:
+            exposed[name + suffix] = set(metric.labels) | ({"le"} if suffix == "_bucket" else set())
+    return exposed
