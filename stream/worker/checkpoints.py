@@ -10,8 +10,12 @@ its offsets: the detectors continue where they were, they neither relearn from z
 message twice, and the incidents they emit are the ones the old worker would have emitted.
 
 Storage is a compacted Kafka topic (``topic_checkpoints``) with one partition per input partition:
-the checkpoint of *p* is the newest message of partition *p*, keyed ``<app id>/<p>``. Values are
-zlib-compressed pickles. Only workers write that topic; it is internal state, not an interface.
+the checkpoint of *p* is the newest message of partition *p*, keyed ``<app id>/<p>``. A value is
+a header naming the format (``faultstream-checkpoint/<FORMAT>``, newline) and a zlib-compressed
+pickle. Pickles name classes by their module paths, so any move of a pickled class bumps
+``FORMAT``: the header is read before anything is unpickled, and a checkpoint of another format
+is refused with what to do instead of failing somewhere inside pickle. Only workers write that
+topic; it is internal state, not an interface.
 """
 
 from __future__ import annotations
@@ -32,8 +36,10 @@ __all__ = ["CheckpointError", "CheckpointTopic", "PartitionCheckpoint", "decode"
 
 _log = logging.getLogger("faultstream.checkpoints")
 
-#: Bumped whenever the pickled layout changes; an older checkpoint is then refused loudly.
-FORMAT = 1
+#: Bumped whenever the pickled layout or a pickled class's module changes; an older checkpoint is
+#: then refused loudly. 2: the layout by concept (stream.worker.*, detectors split).
+FORMAT = 2
+_HEADER = b"faultstream-checkpoint/"
 
 HeldRecord = tuple[str, int, XidEvent | EccSample | JobEvent]
 
@@ -55,29 +61,42 @@ class PartitionCheckpoint:
 
 
 def encode(checkpoint: PartitionCheckpoint) -> bytes:
-    """Serialize a checkpoint (pickle, then zlib at a fast level).
+    """Serialize a checkpoint: the format header, then the pickle compressed by zlib at a fast level.
 
     Examples
     --------
     >>> from detectors.core import CoreConfig
     >>> blob = encode(PartitionCheckpoint(3, {"xid": 41}, DetectionCore(CoreConfig())))
+    >>> blob.split(b"\\n", 1)[0]
+    b'faultstream-checkpoint/2'
     >>> decode(blob).offsets
     {'xid': 41}
     """
-    return zlib.compress(pickle.dumps((FORMAT, checkpoint), protocol=pickle.HIGHEST_PROTOCOL), 1)
+    body = zlib.compress(pickle.dumps(checkpoint, protocol=pickle.HIGHEST_PROTOCOL), 1)
+    return _HEADER + str(FORMAT).encode() + b"\n" + body
 
 
 def decode(blob: bytes) -> PartitionCheckpoint:
     """Deserialize what :func:`encode` wrote; :class:`CheckpointError` for anything else."""
-    try:
-        version, checkpoint = pickle.loads(zlib.decompress(blob))
-    except Exception as exc:
-        raise CheckpointError(f"unreadable checkpoint ({exc})") from exc
-    if version != FORMAT or not isinstance(checkpoint, PartitionCheckpoint):
+    header, _, body = blob.partition(b"\n")
+    if not header.startswith(_HEADER):
         raise CheckpointError(
-            f"checkpoint format {version!r} is not {FORMAT}: written by another faultstream version; "
+            "unreadable checkpoint (no faultstream-checkpoint header: written by faultstream before "
+            f"checkpoint format {FORMAT}, or not a checkpoint); delete the checkpoint topic to start the "
+            "detectors afresh"
+        )
+    version = header.removeprefix(_HEADER).decode("ascii", "replace")
+    if version != str(FORMAT):
+        raise CheckpointError(
+            f"checkpoint format {version} is not {FORMAT}: written by another faultstream version; "
             "delete the checkpoint topic to start the detectors afresh"
         )
+    try:
+        checkpoint = pickle.loads(zlib.decompress(body))
+    except Exception as exc:
+        raise CheckpointError(f"unreadable checkpoint ({exc})") from exc
+    if not isinstance(checkpoint, PartitionCheckpoint):
+        raise CheckpointError(f"unreadable checkpoint (a {type(checkpoint).__name__}, not a checkpoint)")
     return checkpoint
 
 
