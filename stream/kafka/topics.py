@@ -32,11 +32,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from schemas.timeutil import DAY_MS
 from stream.settings import Settings
 
 __all__ = ["CHECKPOINT_MAX_BYTES", "TopicSpec", "topic_specs"]
 
-DAY_MS = 86_400_000
 CHECKPOINT_MAX_BYTES = 64 * 1024 * 1024
 
 
