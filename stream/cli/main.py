@@ -361,7 +361,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     if args.html is not None:
-        from stream.reports.html.page import check_writable
+        from stream.reports.html import check_writable
 
         check_writable(args.html)  # before the queries, not after
     disable = None if args.progress is None else not args.progress
@@ -374,7 +374,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         report = build_report(connect(settings), settings, top=args.top, progress=progress)
         bar.update(bar.total - bar.n)
     if args.html is not None:
-        from stream.reports.html.page import write_html
+        from stream.reports.html import write_html
 
         size = write_html(report, args.html)
         (sys.stderr if args.json else sys.stdout).write(

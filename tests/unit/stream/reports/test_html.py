@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from stream.reports.html.page import render_html, write_html
+from stream.reports.html import render_html, write_html
 from stream.reports.text import PAPER_RF, _redact
 
 HOSTILE = '<script>alert("x")</script>&'
