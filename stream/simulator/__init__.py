@@ -1,8 +1,25 @@
 """Synthetic GPU cluster with known ground truth, written in real log formats.
 
-:func:`simulate` runs the model (:mod:`.model`), writes ``kernel.log``, ``sacct.txt`` and
-``dcgm.prom`` (:mod:`.writers`) and the ground truth ``truth.json`` (:mod:`.truth`) into a
-directory. The same :class:`SimulationConfig` gives byte-identical files.
+:func:`simulate` runs the model (:func:`.history.run_model`), writes ``kernel.log``,
+``sacct.txt`` and ``dcgm.prom`` (:mod:`.writers`) and the ground truth ``truth.json``
+(:mod:`.truth`) into a directory. The same :class:`SimulationConfig` gives byte-identical files.
+
+The package, by concept (each module imports only those above it, and the standard library,
+numpy, orjson and :mod:`schemas`):
+
+* :mod:`.config`: :class:`SimulationConfig`, the fleet's constants, PCI bus ids.
+* :mod:`.events`: the leaf records, kernel lines and ECC counter events.
+* :mod:`.workload`: the jobs users submit, and :class:`~.workload.JobRecord`.
+* :mod:`.faults`: critical hardware faults, their templates and records.
+* :mod:`.planted`: planted faults (degradations, XID storms, flapping NVLinks, lemon nodes) and
+  benign noise (maintenance reboots, SBE blips), one module per kind.
+* :mod:`.scheduler`: the event-driven cluster (FIFO with EASY backfill) that runs the jobs and
+  strikes the faults.
+* :mod:`.kernel_lines`, :mod:`.ecc`: the evidence of the cluster's faults and jobs in the
+  kernel log and the ECC counters.
+* :mod:`.history`: :class:`~.history.ClusterHistory` and :func:`~.history.run_model`, which ties
+  the above together.
+* :mod:`.truth`, :mod:`.writers`: the ground truth and the files, from a history.
 """
 
 from __future__ import annotations
@@ -10,7 +27,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from stream.simulator.model import SimulationConfig, run_model
+from stream.simulator.config import SimulationConfig
+from stream.simulator.history import run_model
 from stream.simulator.truth import FaultTruth, JobFailureTruth, Truth, build_truth
 from stream.simulator.writers import write_dcgm, write_kernel_log, write_sacct
 

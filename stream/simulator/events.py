@@ -1,7 +1,9 @@
-"""Time units and the leaf records of the simulated cluster: kernel lines and ECC counter events.
+"""The leaf records of the simulated cluster: kernel lines and ECC counter events.
 
-Shared by :mod:`stream.simulator.model` (the cluster) and :mod:`stream.simulator.planted` (the
-planted faults and benign noise), and re-exported by :mod:`stream.simulator.model`.
+Written by the cluster's faults and jobs (:mod:`stream.simulator.kernel_lines`,
+:mod:`stream.simulator.ecc`) and by the planted faults and benign noise
+(:mod:`stream.simulator.planted`); read by :mod:`stream.simulator.writers`. This module imports no
+other module of the package, so every one of them may import it.
 """
 
 from __future__ import annotations
@@ -11,10 +13,6 @@ from typing import Final, NamedTuple
 import numpy as np
 
 __all__ = [
-    "MS_PER_DAY",
-    "MS_PER_HOUR",
-    "MS_PER_MINUTE",
-    "MS_PER_SECOND",
     "EccEvent",
     "EccEventKind",
     "KernelLine",
@@ -23,11 +21,6 @@ __all__ = [
     "job_pid",
     "line_us",
 ]
-
-MS_PER_SECOND: Final = 1_000
-MS_PER_MINUTE: Final = 60_000
-MS_PER_HOUR: Final = 3_600_000
-MS_PER_DAY: Final = 86_400_000
 
 
 class XidRecord(NamedTuple):

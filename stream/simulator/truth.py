@@ -46,7 +46,8 @@ import orjson
 
 from schemas.records import JobState
 from schemas.timeutil import format_ts, parse_ts
-from stream.simulator.model import ClusterHistory, SimulationConfig, pci_bus_id
+from stream.simulator.config import SimulationConfig, pci_bus_id
+from stream.simulator.history import ClusterHistory
 from stream.simulator.planted import (
     FAULT_KIND_ECC_DEGRADATION,
     FAULT_KIND_LEMON_NODE,
@@ -458,7 +459,7 @@ def build_truth(history: ClusterHistory) -> Truth:
     Parameters
     ----------
     history
-        Output of :func:`stream.simulator.model.run_model`.
+        Output of :func:`stream.simulator.history.run_model`.
 
     Returns
     -------

@@ -6,7 +6,7 @@
   ``.batch`` and ``.extern`` steps.
 * ``dcgm.prom``: DCGM exporter scrapes in the Prometheus text format, one block per scrape.
 
-The writers only format: every random choice was made by :mod:`stream.simulator.model`, so the
+The writers only format: every random choice was made by :mod:`stream.simulator.history`, so the
 same history always gives the same bytes.
 """
 
@@ -25,15 +25,11 @@ import numpy as np
 import numpy.typing as npt
 
 from schemas.records import JobState
-from stream.simulator.model import (
-    ClusterHistory,
-    JobRecord,
-    KernelLine,
-    KernelLineKind,
-    XidRecord,
-    iter_ecc_scrapes,
-    pci_bus_id,
-)
+from stream.simulator.config import pci_bus_id
+from stream.simulator.ecc import iter_ecc_scrapes
+from stream.simulator.events import KernelLine, KernelLineKind, XidRecord
+from stream.simulator.history import ClusterHistory
+from stream.simulator.workload import JobRecord
 
 __all__ = [
     "DCGM_METRICS",
@@ -424,7 +420,7 @@ def write_dcgm(history: ClusterHistory, path: Path, on_scrape: Callable[[int], N
     previous: tuple[npt.NDArray[np.int64], ...] | None = None
     written = 0
     with path.open("wb", buffering=_WRITE_BUFFER) as handle:
-        for scrape in iter_ecc_scrapes(history):
+        for scrape in iter_ecc_scrapes(history.config, history.ecc):
             current = (
                 scrape.sbe_volatile,
                 scrape.dbe_volatile,

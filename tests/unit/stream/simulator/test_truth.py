@@ -8,7 +8,7 @@ import orjson
 
 from schemas.records import JobState
 from stream.simulator import SimulationConfig, simulate
-from stream.simulator.model import run_model
+from stream.simulator.history import run_model
 from stream.simulator.truth import FaultTruth, Truth, build_truth
 
 CONFIG = SimulationConfig(nodes=16, days=3, seed=9, ecc_interval_minutes=240, hardware_failure_rate=200)

@@ -11,7 +11,7 @@ import pytest
 
 from schemas.timeutil import parse_ts
 from stream.simulator import SimulationConfig, Truth, simulate
-from stream.simulator.model import DGX_A100_PCI_BUS_IDS
+from stream.simulator.config import DGX_A100_PCI_BUS_IDS
 from stream.simulator.writers import SACCT_HEADER, _compress_hostlist
 
 # Many faults on a small cluster, so every code path shows in a short run.

@@ -1,0 +1,192 @@
+"""XID storms: a burst of application XIDs from one GPU of a running job.
+
+``xid_storm``
+    Forty to four hundred application XIDs (13, 31 or 43) from one GPU of a running job, over
+    20 minutes to 3 hours; the job may die of it, a user-looking failure (not hardware). A storm
+    drawn on an idle node does not happen, so about ``utilization x xid_storm_rate`` happen.
+
+:func:`plan_storms` draws them before the cluster runs; the cluster
+(:mod:`stream.simulator.scheduler`) decides with :func:`storm_window` whether each happens and
+records a :class:`StormRecord`; :func:`storm_evidence` writes the lines of those that happened.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final, NamedTuple
+
+import numpy as np
+
+from schemas.timeutil import HOUR_MS, MINUTE_MS
+from stream.simulator.config import SimulationConfig
+from stream.simulator.events import XidRecord, job_pid, line_us
+from stream.simulator.workload import JobRecord
+
+__all__ = [
+    "FAULT_KIND_XID_STORM",
+    "STORM_XIDS",
+    "StormDraw",
+    "StormRecord",
+    "plan_storms",
+    "storm_evidence",
+    "storm_lines",
+    "storm_window",
+]
+
+FAULT_KIND_XID_STORM: Final = "xid_storm"
+
+#: Application XIDs a storm repeats (one code per storm).
+STORM_XIDS: Final[tuple[int, ...]] = (13, 31, 43)
+
+# Storm length and line count (log-uniform count).
+_STORM_MIN_MS: Final = 20 * MINUTE_MS
+_STORM_MAX_MS: Final = 3 * HOUR_MS
+_STORM_LINES: Final = (40, 400)
+# A storm needs this much of its job's run left, and stops this long before the job's end.
+_STORM_MARGIN_MS: Final = 5 * MINUTE_MS
+
+
+class StormDraw(NamedTuple):
+    """Random draws of one XID storm, before the cluster decides whether and where it happens."""
+
+    ts_ms: int
+    node: int
+    duration_ms: int
+    lines: int
+    xid: int
+    kill: bool
+    gpu_draw: float
+    delay_draw: float
+
+
+@dataclass(frozen=True, slots=True)
+class StormRecord:
+    """An XID storm on one GPU of a running job.
+
+    Attributes
+    ----------
+    lines
+        Number of lines (as planned, then as logged).
+    start_ms, end_ms
+        First and last line (as planned, then as logged: a hardware fault that kills the job
+        during the storm cuts it short).
+    killed_job
+        The storm killed the job (FAILED, for user reasons) shortly after its last line.
+    """
+
+    index: int
+    node: int
+    gpu: int
+    xid: int
+    lines: int
+    job_index: int
+    start_ms: int
+    end_ms: int
+    killed_job: bool
+
+
+def plan_storms(config: SimulationConfig, rng: np.random.Generator) -> tuple[StormDraw, ...]:
+    """Draw the XID storms: ``xid_storm_rate`` per 1000 node-days, uniform times and nodes.
+
+    A storm only happens on a node that runs a job at that time (decided by the cluster).
+
+    Returns
+    -------
+    tuple[StormDraw, ...]
+        In time order.
+    """
+    count = int(rng.poisson(config.xid_storm_rate / 1000.0 * config.nodes * config.days))
+    times = np.sort(rng.integers(config.start_ms, config.end_ms, size=count))
+    nodes = rng.integers(0, config.nodes, size=count)
+    durations = rng.integers(_STORM_MIN_MS, _STORM_MAX_MS + 1, size=count)
+    low, high = _STORM_LINES
+    lines = np.rint(np.exp(rng.uniform(math.log(low), math.log(high), size=count))).astype(np.int64)
+    codes = rng.integers(0, len(STORM_XIDS), size=count)
+    kills = rng.random(count) < config.xid_storm_kill_probability
+    gpu_draws = rng.random(count)
+    delay_draws = rng.random(count)
+    return tuple(
+        StormDraw(
+            int(times[i]),
+            int(nodes[i]),
+            int(durations[i]),
+            int(lines[i]),
+            STORM_XIDS[int(codes[i])],
+            bool(kills[i]),
+            float(gpu_draws[i]),
+            float(delay_draws[i]),
+        )
+        for i in range(count)
+    )
+
+
+def storm_window(draw: StormDraw, now: int, job_end_ms: int) -> int | None:
+    """Planned last line of a storm that starts at ``now`` on a job ending at ``job_end_ms``.
+
+    Returns
+    -------
+    int | None
+        ``None`` when the job has too little run left for a storm (at least 20 minutes).
+    """
+    last = min(now + draw.duration_ms, job_end_ms - _STORM_MARGIN_MS)
+    return last if last - now >= _STORM_MIN_MS else None
+
+
+def storm_lines(
+    storm: StormRecord, until_ms: int, pid: int, process: str, rng: np.random.Generator
+) -> list[XidRecord]:
+    """XID lines of a storm: the first at its start, the last at its planned end, the rest
+    uniform between; lines at or after ``until_ms`` (the job's actual end, the span's end) are
+    dropped."""
+    inner = np.sort(rng.integers(storm.start_ms + 1, storm.end_ms, size=max(0, storm.lines - 2)))
+    times = [storm.start_ms, *inner.tolist(), storm.end_ms][: storm.lines]
+    return [
+        XidRecord(line_us(ts_ms, rng), storm.node, storm.gpu, storm.xid, pid, process)
+        for ts_ms in times
+        if ts_ms < until_ms
+    ]
+
+
+def storm_evidence(
+    config: SimulationConfig,
+    storms: Sequence[StormRecord],
+    jobs: Mapping[int, JobRecord],
+    rng: np.random.Generator,
+) -> tuple[tuple[StormRecord, ...], list[XidRecord]]:
+    """Lines of the storms that happened, and the storms as logged (cut at the job's end).
+
+    Parameters
+    ----------
+    config
+        The configuration (span end).
+    storms
+        The storms as the cluster recorded them, in onset order.
+    jobs
+        The jobs that started, by :attr:`JobRecord.index`.
+    rng
+        Draws the times of the lines.
+
+    Returns
+    -------
+    tuple[tuple[StormRecord, ...], list[XidRecord]]
+        The storms with the lines, end and outcome they were logged with, and their XID lines.
+    """
+    records: list[StormRecord] = []
+    lines: list[XidRecord] = []
+    for storm in storms:
+        job = jobs[storm.job_index]
+        until = min(job.end_ms if job.end_ms is not None else config.end_ms, config.end_ms)
+        logged = storm_lines(storm, until, job_pid(job.index, storm.node), job.process, rng)
+        lines += logged
+        records.append(
+            dataclasses.replace(
+                storm,
+                lines=len(logged),
+                end_ms=logged[-1].ts_us // 1000,
+                killed_job=job.storm_index == storm.index,
+            )
+        )
+    return tuple(records), lines
