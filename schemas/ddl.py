@@ -203,7 +203,8 @@ _TABLES: tuple[Table, ...] = (
             failures UInt32
             version UInt64
         """),
-        "ENGINE = ReplacingMergeTree(version)\nORDER BY (cluster, window_seconds, window_start, job_id, run_start)",
+        "ENGINE = ReplacingMergeTree(version)\n"
+        "ORDER BY (cluster, window_seconds, window_start, job_id, run_start)",
     ),
     Table(
         "dead_letters",
