@@ -1,0 +1,60 @@
+"""Dead-letter limits and the Kafka dead-letter producer (pure logic: no broker)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from schemas.outputs import DeadLetter
+from stream.sinks.dead_letters import DeadLetterLimitExceeded, DeadLetterPolicy, KafkaDeadLetters
+
+
+def test_many_good_records_do_not_hide_a_run_of_bad_ones() -> None:
+    policy = DeadLetterPolicy(max_ratio=0.5, min_records=10, max_consecutive=100)
+    for _ in range(100_000):
+        policy.good("xid/0")
+    for _ in range(99):
+        policy.bad("xid/0", "not JSON (…)")
+        policy.check("xid/0")  # the ratio alone would take 100,000 bad records to stop
+    policy.bad("xid/0", "not JSON (…)")
+    with pytest.raises(DeadLetterLimitExceeded, match="the last 100 records in a row"):
+        policy.check("xid/0")
+
+
+def test_a_good_record_resets_the_run_and_other_sources_are_counted_apart() -> None:
+    policy = DeadLetterPolicy(max_consecutive=3)
+    for _ in range(2):
+        policy.bad("a", "x")
+        policy.bad("b", "x")
+    policy.good("a")
+    policy.bad("a", "x")
+    policy.check("a")
+    policy.bad("b", "x")
+    with pytest.raises(DeadLetterLimitExceeded, match=r"^b: "):
+        policy.check("b")
+
+
+def test_letters_the_broker_did_not_take_stay_pending_for_the_next_commit_point() -> None:
+    calls = []
+
+    async def send(key: bytes, value: bytes, headers: list[tuple[str, bytes]]) -> Any:
+        calls.append(key)
+        if len(calls) == 2:
+            raise ConnectionError("broker down")
+        acked = asyncio.get_running_loop().create_future()
+        acked.set_result(None)
+        return acked
+
+    letters = KafkaDeadLetters(send)
+    for n in range(2):
+        letters.produce(DeadLetter(f"s{n}", "offset 1", "not JSON", b"{", "xid"), batch=5)
+    letters.produce(DeadLetter("other", "offset 1", "not JSON", b"{", "xid"), batch=6)
+    with pytest.raises(ConnectionError):
+        asyncio.run(letters.deliver(5))
+    assert letters.pending(5) == 2  # nothing is forgotten before every ack came
+    assert asyncio.run(letters.deliver(5)) == 2 and letters.pending(5) == 0
+    assert letters.pending(6) == 1
+    letters.discard(6)
+    assert letters.pending(6) == 0
