@@ -1,0 +1,109 @@
+"""What the command modules share: exit codes, the store options, settings from options, JSON output.
+
+Kept apart from :mod:`stream.cli.main` because ``main`` imports every command module: the command
+modules import this one, never ``main``, so there is no import cycle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, TypeAlias
+
+import orjson
+
+from schemas.timeutil import parse_ts
+from stream.settings import Settings
+
+__all__ = [
+    "EXIT_DEAD_LETTERS",
+    "EXIT_KAFKA",
+    "EXIT_STORE",
+    "EXIT_USAGE",
+    "Commands",
+    "add_store_arguments",
+    "parse_time_argument",
+    "print_json",
+    "settings_from_args",
+]
+
+EXIT_USAGE = 2
+EXIT_DEAD_LETTERS = 3
+EXIT_STORE = 4
+EXIT_KAFKA = 5
+
+#: What ``ArgumentParser.add_subparsers`` returns: each command module adds its commands to it.
+Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def add_store_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--clickhouse`` and ``--data-dir``, the options of every command that uses the store.
+
+    Parameters
+    ----------
+    parser
+        The command's parser.
+    """
+    parser.add_argument(
+        "--clickhouse",
+        metavar="DSN",
+        help="chdb:///abs/path (embedded) or http(s)://host:8123; default: FAULTSTREAM_CLICKHOUSE_DSN, "
+        "else the embedded store in --data-dir",
+    )
+    parser.add_argument("--data-dir", help="embedded store folder (default ./faultstream-data)")
+
+
+def parse_time_argument(value: str) -> int:
+    """An option's ISO time in epoch milliseconds (an argparse ``type``).
+
+    Parameters
+    ----------
+    value
+        The option's text.
+
+    Returns
+    -------
+    int
+        Milliseconds since the epoch (UTC).
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        If ``value`` is not a time, so that argparse reports a usage error (exit code 2).
+    """
+    try:
+        return parse_ts(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """The settings: the environment, overridden by the command's store options (and ``--cluster``).
+
+    Parameters
+    ----------
+    args
+        The parsed command line; ``--clickhouse`` and ``--data-dir`` if the command has them, and
+        ``--cluster`` of ``replay``.
+
+    Returns
+    -------
+    Settings
+        The settings to run the command with.
+    """
+    return Settings.from_env(
+        clickhouse_dsn=getattr(args, "clickhouse", None),
+        data_dir=getattr(args, "data_dir", None),
+        cluster=getattr(args, "cluster", None) if args.command == "replay" else None,
+    )
+
+
+def print_json(data: Any) -> None:
+    """Print ``data`` as indented JSON on standard output (what ``--json`` prints).
+
+    Parameters
+    ----------
+    data
+        Plain data; values JSON has no type for (times, paths) are printed as their ``str``.
+    """
+    sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2, default=str).decode() + "\n")

@@ -1,0 +1,226 @@
+"""``faultstream replay``: log files through the detectors into the store, or onto Kafka with ``--to``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from stream.cli.common import (
+    Commands,
+    add_store_arguments,
+    parse_time_argument,
+    print_json,
+    settings_from_args,
+)
+from stream.inputs.parsers import Format
+from stream.inputs.parsers.options import ParseOptions
+from stream.settings import Settings
+
+__all__ = ["add_replay_parser", "run_replay"]
+
+
+def add_replay_parser(commands: Commands) -> None:
+    """Add ``replay`` and its options.
+
+    Parameters
+    ----------
+    commands
+        The ``faultstream`` subcommands.
+    """
+    replay = commands.add_parser("replay", help="replay log files through the detectors into ClickHouse")
+    replay.add_argument(
+        "files",
+        nargs="+",
+        type=Path,
+        help="kernel logs, sacct -P, DCGM text, nvidia-smi -q, JSONL; or folders of them",
+    )
+    replay.add_argument(
+        "--cluster", help="cluster name for records that carry none (default: FAULTSTREAM_CLUSTER)"
+    )
+    replay.add_argument("--node", help="node name for kernel logs and nvidia-smi files without a host field")
+    replay.add_argument(
+        "--year", type=int, help="year of syslog / journalctl-short timestamps, which have none"
+    )
+    replay.add_argument(
+        "--boot-time", type=parse_time_argument, help="boot time (ISO) of a plain dmesg file's node"
+    )
+    replay.add_argument(
+        "--scrape-time", type=parse_time_argument, help="time (ISO) of DCGM samples without timestamps"
+    )
+    replay.add_argument(
+        "--timezone", default="UTC", help="zone of sacct and dmesg -T local times (default UTC)"
+    )
+    replay.add_argument(
+        "--format", choices=[f.value for f in Format], help="force one input format for all files"
+    )
+    replay.add_argument("--dead-letters", type=Path, help="also write dead letters to this JSONL file")
+    replay.add_argument(
+        "--to",
+        metavar="kafka://HOST:PORT",
+        help="publish to the input topics for the workers instead of detecting in this process",
+    )
+    replay.add_argument(
+        "--rate", type=float, help="with --to: records per second (default: as fast as possible)"
+    )
+    replay.add_argument("--json", action="store_true", help="print the summary as JSON")
+    replay.add_argument(
+        "--progress", action=argparse.BooleanOptionalAction, default=None, help="progress bar"
+    )
+    add_store_arguments(replay)
+    replay.set_defaults(handler=run_replay)
+
+
+def _progress_bar(enabled: bool | None) -> tuple[Any, Any]:
+    """A bar of the bytes read and the callback that moves it; ``None`` shows it on a terminal only."""
+    from tqdm import tqdm
+
+    bar = tqdm(
+        total=0, unit="B", unit_scale=True, desc="replay", disable=None if enabled is None else not enabled
+    )
+
+    def update(done: int, total: int) -> None:
+        if bar.total != total:
+            bar.total = total
+        bar.update(done - bar.n)
+
+    return bar, update
+
+
+def _kafka_address(value: str) -> str:
+    if not value.startswith("kafka://") or not value[len("kafka://") :]:
+        raise ValueError(f"--to must look like kafka://HOST:PORT, got {value!r}")
+    return value[len("kafka://") :]
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    """Replay the files into the store and print what was read, what was found, and the report.
+
+    With ``--to``, publish the records to Kafka's input topics instead, for the workers.
+
+    Parameters
+    ----------
+    args
+        The parsed ``replay`` command line.
+
+    Returns
+    -------
+    int
+        The exit code: 0 (errors are raised and turned into exit codes by :func:`stream.cli.main.main`).
+    """
+    from stream.replay import replay
+    from stream.reports.text import build_report, render_text
+    from stream.sinks.store import connect
+
+    settings = settings_from_args(args)
+    options = ParseOptions(
+        cluster=settings.cluster,
+        node=args.node,
+        year=args.year,
+        boot_time_ms=args.boot_time,
+        scrape_time_ms=args.scrape_time,
+        gpus_per_node=settings.gpus_per_node,
+        timezone=args.timezone,
+    )
+    if args.to:
+        return _publish(args, settings.with_overrides(kafka_bootstrap=_kafka_address(args.to)), options)
+    client = connect(settings)
+    dead_letter_file = args.dead_letters
+    if dead_letter_file is None and settings.is_embedded:
+        dead_letter_file = Path(settings.data_dir) / "dead-letters.jsonl"
+    bar, update = _progress_bar(args.progress)
+    try:
+        summary = replay(
+            args.files,
+            settings,
+            client,
+            options,
+            fmt=Format(args.format) if args.format else None,
+            progress=update,
+            dead_letter_file=dead_letter_file,
+        )
+    finally:
+        bar.close()
+    report = build_report(client, settings)
+    per_source = [
+        {
+            "file": s.path,
+            "format": s.fmt,
+            "records": dict(s.records),
+            "dead_letters": s.dead_letters,
+            "late": s.late,
+        }
+        for s in summary.sources
+    ]
+    by_kind = sorted(summary.incidents_by_kind().items())
+    if args.json:
+        print_json(
+            {
+                "sources": per_source,
+                "events": summary.events,
+                "dead_letters": summary.dead_letters,
+                "seconds": summary.seconds,
+                "events_per_second": summary.events / summary.seconds if summary.seconds else None,
+                "incidents_this_run": [{"kind": k, "severity": s, "incidents": n} for (k, s), n in by_kind],
+                "attributions_this_run": dict(summary.attributions),
+                "report": report,
+            }
+        )
+        return 0
+    out = sys.stdout
+    out.write(f"Replayed {len(summary.sources)} files in {summary.seconds:.1f} s ")
+    out.write(f"({summary.events:,} events, {summary.events / max(summary.seconds, 1e-9):,.0f} events/s)\n")
+    for source in per_source:
+        records = ", ".join(f"{n:,} {kind}" for kind, n in sorted(source["records"].items())) or "no records"
+        out.write(
+            f"  {source['file']} [{source['format']}]: {records}; {source['dead_letters']:,} dead letters, "
+            f"{source['late']:,} late\n"
+        )
+    if summary.dead_letters and dead_letter_file is not None:
+        out.write(f"Dead letters also written to {dead_letter_file}\n")
+    out.write("Incidents from this replay: ")
+    out.write(", ".join(f"{k}/{s} {n:,}" for (k, s), n in by_kind) or "none")
+    out.write("\n\n")
+    out.write(render_text(report) + "\n")
+    return 0
+
+
+def _publish(args: argparse.Namespace, settings: Settings, options: ParseOptions) -> int:
+    """``replay --to``: publish the files' records to the input topics for the workers."""
+    import asyncio
+
+    from stream.kafka.publish import publish
+
+    bar, update = _progress_bar(args.progress)
+    try:
+        summary = asyncio.run(
+            publish(
+                args.files,
+                settings,
+                options,
+                fmt=Format(args.format) if args.format else None,
+                rate=args.rate,
+                progress=update,
+            )
+        )
+    finally:
+        bar.close()
+    total = sum(summary.sent.values())
+    if args.json:
+        print_json(
+            {
+                "kafka": settings.kafka_bootstrap,
+                "sent": summary.sent,
+                "dead_letters": summary.dead_letters,
+                "seconds": summary.seconds,
+            }
+        )
+        return 0
+    sys.stdout.write(
+        f"Published {total:,} records to {settings.kafka_bootstrap} in {summary.seconds:.1f} s "
+        f"({total / max(summary.seconds, 1e-9):,.0f}/s): "
+        + ", ".join(f"{topic} {n:,}" for topic, n in sorted(summary.sent.items()))
+        + f"; {summary.dead_letters:,} to {settings.topic_dead_letters}\n"
+    )
+    return 0

@@ -1,0 +1,197 @@
+"""The store's commands: ``report`` (text, JSON or HTML), ``init-db``, ``query``; and ``config``.
+
+``config`` lists the settings, among them where the store is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import orjson
+
+from stream.cli.common import Commands, add_store_arguments, print_json, settings_from_args
+from stream.settings import Settings
+
+__all__ = [
+    "add_config_parser",
+    "add_init_db_parser",
+    "add_query_parser",
+    "add_report_parser",
+    "run_config",
+    "run_init_db",
+    "run_query",
+    "run_report",
+]
+
+
+def add_report_parser(commands: Commands) -> None:
+    """Add ``report`` and its options.
+
+    Parameters
+    ----------
+    commands
+        The ``faultstream`` subcommands.
+    """
+    report = commands.add_parser(
+        "report", help="print incidents, MTTF windows and ETTR guidance from the store"
+    )
+    report.add_argument("--json", action="store_true", help="print JSON")
+    report.add_argument("--top", type=int, default=20, help="open critical incidents to list")
+    report.add_argument(
+        "--html",
+        type=Path,
+        metavar="FILE",
+        help="write a self-contained HTML report (charts, incidents, lemon nodes, XID mix) to FILE",
+    )
+    report.add_argument(
+        "--progress", action=argparse.BooleanOptionalAction, default=None, help="progress bar"
+    )
+    add_store_arguments(report)
+    report.set_defaults(handler=run_report)
+
+
+def add_init_db_parser(commands: Commands) -> None:
+    """Add ``init-db`` and its options.
+
+    Parameters
+    ----------
+    commands
+        The ``faultstream`` subcommands.
+    """
+    init_db = commands.add_parser("init-db", help="create the database and tables (idempotent)")
+    add_store_arguments(init_db)
+    init_db.set_defaults(handler=run_init_db)
+
+
+def add_query_parser(commands: Commands) -> None:
+    """Add ``query`` and its options.
+
+    Parameters
+    ----------
+    commands
+        The ``faultstream`` subcommands.
+    """
+    query = commands.add_parser("query", help="run SQL on the store and print the rows as JSON Lines")
+    query.add_argument("sql", help="a SELECT; tables live in database `faultstream` (FAULTSTREAM_DATABASE)")
+    add_store_arguments(query)
+    query.set_defaults(handler=run_query)
+
+
+def add_config_parser(commands: Commands) -> None:
+    """Add ``config`` (no options).
+
+    Parameters
+    ----------
+    commands
+        The ``faultstream`` subcommands.
+    """
+    config = commands.add_parser("config", help="list every setting, its environment variable and default")
+    config.set_defaults(handler=run_config)
+
+
+def run_report(args: argparse.Namespace) -> int:
+    """Build the report from the store and print it (text or ``--json``) or write it (``--html``).
+
+    Parameters
+    ----------
+    args
+        The parsed ``report`` command line.
+
+    Returns
+    -------
+    int
+        The exit code: 0 (an unwritable ``--html`` file raises ``ValueError`` before any query).
+    """
+    from tqdm import tqdm
+
+    from stream.reports.text import REPORT_STEPS, build_report, render_text
+    from stream.sinks.store import connect
+
+    settings = settings_from_args(args)
+    if args.html is not None:
+        from stream.reports.html import check_writable
+
+        check_writable(args.html)  # before the queries, not after
+    disable = None if args.progress is None else not args.progress
+    with tqdm(total=len(REPORT_STEPS), desc="report", unit="step", disable=disable) as bar:
+
+        def progress(step: str) -> None:  # called as each step starts: the ones before are done
+            bar.update(REPORT_STEPS.index(step) - bar.n)
+            bar.set_postfix_str(step)
+
+        report = build_report(connect(settings), settings, top=args.top, progress=progress)
+        bar.update(bar.total - bar.n)
+    if args.html is not None:
+        from stream.reports.html import write_html
+
+        size = write_html(report, args.html)
+        (sys.stderr if args.json else sys.stdout).write(
+            f"Wrote {args.html} ({size / 1024:,.0f} KiB) from {report['store']}\n"
+        )
+    if args.json:
+        print_json(report)
+    elif args.html is None:
+        sys.stdout.write(render_text(report) + "\n")
+    return 0
+
+
+def run_init_db(args: argparse.Namespace) -> int:
+    """Create the database and its tables (idempotent) and say how many statements ran.
+
+    Parameters
+    ----------
+    args
+        The parsed ``init-db`` command line.
+
+    Returns
+    -------
+    int
+        The exit code: 0.
+    """
+    from stream.sinks.store import connect, init_db
+
+    settings = settings_from_args(args)
+    statements = init_db(connect(settings, apply_schema=False), settings)
+    sys.stdout.write(f"{settings.dsn}: {len(statements)} DDL statements applied to {settings.database}\n")
+    return 0
+
+
+def run_query(args: argparse.Namespace) -> int:
+    """Run the SQL on the store and print each row as one line of JSON.
+
+    Parameters
+    ----------
+    args
+        The parsed ``query`` command line.
+
+    Returns
+    -------
+    int
+        The exit code: 0.
+    """
+    from stream.sinks.store import connect, query_rows
+
+    settings = settings_from_args(args)
+    for row in query_rows(connect(settings), args.sql):
+        sys.stdout.write(orjson.dumps(row, default=str).decode() + "\n")
+    return 0
+
+
+def run_config(_args: argparse.Namespace) -> int:
+    """Print every setting: its environment variable, its default and what it does.
+
+    Parameters
+    ----------
+    _args
+        The parsed ``config`` command line (it has no options).
+
+    Returns
+    -------
+    int
+        The exit code: 0.
+    """
+    for name, default, doc in Settings.reference():
+        sys.stdout.write(f"{name} (default {default})\n    {doc}\n")
+    return 0
