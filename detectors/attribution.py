@@ -12,6 +12,8 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from schemas.outputs import IncidentKind
+
 __all__ = ["HardwareEvent", "NodeEvidenceLog"]
 
 
@@ -22,7 +24,7 @@ class HardwareEvent:
     ts_ms: int
     node: str
     gpu: str
-    kind: str
+    kind: IncidentKind  # the incident kind the event raised (its family)
     xid: int | None = None
 
 
@@ -37,7 +39,7 @@ class NodeEvidenceLog:
     Examples
     --------
     >>> log = NodeEvidenceLog(horizon_ms=900_000)
-    >>> log.add(HardwareEvent(1_000_000, "n1", "0000:07:00", "gpu_bus", 79))
+    >>> log.add(HardwareEvent(1_000_000, "n1", "0000:07:00", IncidentKind.GPU_BUS, 79))
     >>> [e.xid for e in log.between(["n1", "n2"], 500_000, 1_300_000)]
     [79]
     >>> log.between(["n1"], 1_000_001, 2_000_000)

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from schemas.outputs import Severity
+from schemas.outputs import IncidentKind, Severity
 
 __all__ = ["EccFinding", "EccStep", "ecc_step"]
 
@@ -42,7 +42,7 @@ class EccFinding:
     the kernel log and in the counters is one incident with two kinds of evidence.
     """
 
-    kind: str
+    kind: IncidentKind
     severity: Severity
     title: str
     action: str
@@ -81,7 +81,7 @@ def ecc_step(previous: Mapping[str, int] | None, current: Mapping[str, int]) -> 
     Examples
     --------
     >>> step = ecc_step({"dbe_volatile": 2, "sbe_volatile": 10}, {"dbe_volatile": 1, "sbe_volatile": 12})
-    >>> step.reset, dict(step.deltas), [f.kind for f in step.findings]
+    >>> step.reset, dict(step.deltas), [f.kind.value for f in step.findings]
     (True, {'dbe_volatile': 1, 'sbe_volatile': 2}, ['gpu_memory'])
     >>> ecc_step(None, {"dbe_aggregate": 5}).findings
     ()
@@ -108,7 +108,7 @@ def ecc_step(previous: Mapping[str, int] | None, current: Mapping[str, int]) -> 
     if uncorrectable:
         findings.append(
             EccFinding(
-                "gpu_memory",
+                IncidentKind.GPU_MEMORY,
                 Severity.CRITICAL,
                 "Uncorrectable ECC error",
                 "RESET_GPU: drain the node, reset the GPU, run diagnostics before returning it",
@@ -118,7 +118,7 @@ def ecc_step(previous: Mapping[str, int] | None, current: Mapping[str, int]) -> 
     if _became_set(previous, current, "remap_failure"):
         findings.append(
             EccFinding(
-                "gpu_row_remap",
+                IncidentKind.GPU_ROW_REMAP,
                 Severity.CRITICAL,
                 "Row remapping failed",
                 "CONTACT_SUPPORT: drain the node, run field diagnostics, open an RMA",
@@ -129,7 +129,7 @@ def ecc_step(previous: Mapping[str, int] | None, current: Mapping[str, int]) -> 
     if pending:
         findings.append(
             EccFinding(
-                "gpu_row_remap",
+                IncidentKind.GPU_ROW_REMAP,
                 Severity.CRITICAL,
                 "Pending page retirement / row remap",
                 "RESET_GPU at the next drain: the pending retirement applies on reset",

@@ -18,20 +18,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from schemas.outputs import Incident, IncidentStatus, Severity
+from schemas.outputs import Incident, IncidentKind, IncidentStatus, Severity
 from schemas.timeutil import format_ts
 
-__all__ = ["EvidenceItem", "IncidentTracker", "incident_id"]
+__all__ = ["EvidenceItem", "Finding", "IncidentTracker", "incident_id"]
 
 #: Evidence lists are capped so that a storm cannot grow one incident without bound.
 MAX_SAMPLES = 10
 MAX_JOBS = 50
 
+#: An open incident's identity: cluster, kind, node and GPU ("" for a whole node).
+_Key = tuple[str, IncidentKind, str, str]
 
-def incident_id(cluster: str, kind: str, subject: str, first_evidence_ms: int) -> str:
+
+def incident_id(cluster: str, kind: IncidentKind, subject: str, first_evidence_ms: int) -> str:
     """Deterministic incident id: a hash of what and where, and when the evidence began.
 
-    >>> incident_id("rsc1", "gpu_bus", "node7/0000:07:00", 1705312800000)
+    >>> incident_id("rsc1", IncidentKind.GPU_BUS, "node7/0000:07:00", 1705312800000)
     'inc-aecf6ad97a0b11db3be4'
     """
     digest = hashlib.sha1(f"{cluster}|{kind}|{subject}|{first_evidence_ms}".encode()).hexdigest()
@@ -49,10 +52,45 @@ class EvidenceItem:
     jobs: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Finding:
+    """What a detector found, with one piece of evidence: the input of :meth:`IncidentTracker.observe`.
+
+    Attributes
+    ----------
+    cluster, node, gpu
+        Where; ``gpu`` is empty for a finding about a whole node. Together with ``kind`` they
+        name the incident the evidence joins.
+    kind
+        What went wrong.
+    severity
+        How urgent; an incident takes the highest severity of its findings.
+    detector
+        Which detector found it (stored with the incident).
+    score
+        How sure or how surprising; an incident keeps the highest score of its findings.
+    action, title
+        What an operator should do, and a one-line description for the summary.
+    evidence
+        The evidence itself.
+    """
+
+    cluster: str
+    kind: IncidentKind
+    node: str
+    gpu: str = ""
+    severity: Severity
+    detector: str
+    score: float
+    action: str
+    title: str
+    evidence: EvidenceItem
+
+
 @dataclass(slots=True)
 class _Open:
     incident_id: str
-    kind: str
+    kind: IncidentKind
     severity: Severity
     cluster: str
     node: str
@@ -141,87 +179,87 @@ class IncidentTracker:
 
     Examples
     --------
+    >>> from dataclasses import replace
     >>> tracker = IncidentTracker(quiet_period_ms=3_600_000)
-    >>> [first] = tracker.observe("c", "gpu_bus", "n1", "0000:07:00", Severity.CRITICAL, "xid_classifier",
-    ...                           1.0, "reboot", "GPU fell off the bus", EvidenceItem(0, xid=79))
-    >>> [again] = tracker.observe("c", "gpu_bus", "n1", "0000:07:00", Severity.CRITICAL, "xid_classifier",
-    ...                           1.0, "reboot", "GPU fell off the bus", EvidenceItem(60_000, xid=79))
+    >>> off_the_bus = Finding(
+    ...     cluster="c", kind=IncidentKind.GPU_BUS, node="n1", gpu="0000:07:00", severity=Severity.CRITICAL,
+    ...     detector="xid_classifier", score=1.0, action="reboot", title="GPU fell off the bus",
+    ...     evidence=EvidenceItem(0, xid=79),
+    ... )
+    >>> [first] = tracker.observe(off_the_bus)
+    >>> [again] = tracker.observe(replace(off_the_bus, evidence=EvidenceItem(60_000, xid=79)))
     >>> first.incident_id == again.incident_id, again.status.value, again.evidence_count
     (True, 'updated', 2)
     >>> [i.status.value for i in tracker.resolve_idle(watermark_ms=4_000_000)]
     ['resolved']
     """
 
-    def __init__(self, quiet_period_ms: int, quiet_period_by_kind: Mapping[str, int] | None = None) -> None:
+    def __init__(
+        self, quiet_period_ms: int, quiet_period_by_kind: Mapping[IncidentKind, int] | None = None
+    ) -> None:
         self.quiet_period_ms = quiet_period_ms
         self.quiet_period_by_kind = dict(quiet_period_by_kind or {})
-        self._open: dict[tuple[str, str, str, str], _Open] = {}
+        self._open: dict[_Key, _Open] = {}
         # (resolve-at, key) entries; stale ones (incident updated since) are skipped when popped.
-        self._deadlines: list[tuple[int, tuple[str, str, str, str]]] = []
+        self._deadlines: list[tuple[int, _Key]] = []
 
     @property
     def next_deadline_ms(self) -> int | None:
         """Event time at which the earliest open incident may resolve."""
         return self._deadlines[0][0] if self._deadlines else None
 
-    def observe(
-        self,
-        cluster: str,
-        kind: str,
-        node: str,
-        gpu: str,
-        severity: Severity,
-        detector: str,
-        score: float,
-        action: str,
-        title: str,
-        item: EvidenceItem,
-    ) -> list[Incident]:
-        """Add evidence; return the incident's new version (opened or updated).
+    def observe(self, finding: Finding) -> list[Incident]:
+        """Add a finding's evidence; return the incident's new version (opened or updated).
 
         When the evidence comes after the quiet period of an incident still open, the list starts
         with that incident's resolution, followed by the new incident.
         """
-        key = (cluster, kind, node, gpu)
+        key = (finding.cluster, finding.kind, finding.node, finding.gpu)
+        ts_ms = finding.evidence.ts_ms
+        quiet_ms = self._quiet(finding.kind)
         current = self._open.get(key)
         stale: list[Incident] = []
-        if current is not None and item.ts_ms > current.last_ms + self._quiet(kind):
+        if current is not None and ts_ms > current.last_ms + quiet_ms:
             # Quiet for longer than the quiet period: the old incident is over whether or not the
             # watermark has said so yet, so the outcome never depends on how far it had advanced.
             del self._open[key]
             stale.append(current.snapshot(IncidentStatus.RESOLVED))
             current = None
         if current is None:
-            subject = f"{node}/{gpu}" if gpu else node
+            subject = f"{finding.node}/{finding.gpu}" if finding.gpu else finding.node
             current = _Open(
-                incident_id=incident_id(cluster, kind, subject, item.ts_ms),
-                kind=kind,
-                severity=severity,
-                cluster=cluster,
-                node=node,
-                gpu=gpu,
-                first_ms=item.ts_ms,
-                last_ms=item.ts_ms,
-                detected_ms=item.ts_ms,
-                detector=detector,
-                score=score,
-                action=action,
-                title=title,
+                incident_id=incident_id(finding.cluster, finding.kind, subject, ts_ms),
+                kind=finding.kind,
+                severity=finding.severity,
+                cluster=finding.cluster,
+                node=finding.node,
+                gpu=finding.gpu,
+                first_ms=ts_ms,
+                last_ms=ts_ms,
+                detected_ms=ts_ms,
+                detector=finding.detector,
+                score=finding.score,
+                action=finding.action,
+                title=finding.title,
             )
             self._open[key] = current
             status = IncidentStatus.OPEN
         else:
             status = IncidentStatus.UPDATED
-            if severity.rank > current.severity.rank:
-                current.severity, current.action, current.title = severity, action, title
-            current.score = max(current.score, score)
+            if finding.severity.rank > current.severity.rank:
+                current.severity, current.action, current.title = (
+                    finding.severity,
+                    finding.action,
+                    finding.title,
+                )
+            current.score = max(current.score, finding.score)
         previous_last = current.last_ms
-        current.add(item)
+        current.add(finding.evidence)
         if status is IncidentStatus.OPEN or current.last_ms > previous_last:
-            heapq.heappush(self._deadlines, (current.last_ms + self._quiet(kind), key))
+            heapq.heappush(self._deadlines, (current.last_ms + quiet_ms, key))
         return [*stale, current.snapshot(status)]
 
-    def _quiet(self, kind: str) -> int:
+    def _quiet(self, kind: IncidentKind) -> int:
         return self.quiet_period_by_kind.get(kind, self.quiet_period_ms)
 
     def resolve_idle(self, watermark_ms: int) -> list[Incident]:

@@ -40,13 +40,13 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from detectors.surprise import poisson_surprise
+from schemas.timeutil import DAY_MS, HOUR_MS
 
 __all__ = ["LemonConfig", "LemonTracker", "LemonVerdict"]
 
 SIGNALS = ("xid_days", "hw_incidents", "hw_failures", "node_fails", "failed_jobs")
 #: Signals whose expectation scales with the node's work (job runs) rather than with time.
 LOAD_SCALED = frozenset({"xid_days", "failed_jobs"})
-DAY_MS = 86_400_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +75,7 @@ class LemonConfig:
     threshold: float = 8.0
     min_signal_surprise: float = 4.0
     min_history_ms: int = 7 * DAY_MS
-    episode_gap_ms: int = 6 * 3_600_000
+    episode_gap_ms: int = 6 * HOUR_MS
 
 
 @dataclass(frozen=True, slots=True)

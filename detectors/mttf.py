@@ -28,8 +28,6 @@ __all__ = [
     "window_slices",
 ]
 
-MS_PER_HOUR = 3_600_000
-
 
 @dataclass(frozen=True, slots=True)
 class SizeBuckets:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
-from schemas.outputs import Severity
+from schemas.outputs import IncidentKind, Severity
 
 __all__ = ["XidCategory", "XidInfo", "classify_xid"]
 
@@ -36,6 +36,19 @@ class XidCategory(StrEnum):
     DRIVER = "driver"
     THERMAL_POWER = "thermal_power"
     UNKNOWN = "unknown"
+
+    @property
+    def incident_kind(self) -> IncidentKind:
+        """The kind of the incidents of this family: ``gpu_<family>``, ``xid_unknown`` for unknown codes.
+
+        >>> XidCategory.BUS.incident_kind.value, XidCategory.UNKNOWN.incident_kind.value
+        ('gpu_bus', 'xid_unknown')
+        """
+        if self is XidCategory.UNKNOWN:
+            return IncidentKind.XID_UNKNOWN
+        # Raises for a family added here without its IncidentKind member (a unit test calls this
+        # for every family, so that shows before a store does).
+        return IncidentKind(f"gpu_{self.value}")
 
 
 @dataclass(frozen=True, slots=True)

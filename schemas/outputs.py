@@ -9,11 +9,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from schemas.timeutil import format_ts
+from schemas.timeutil import HOUR_MS, format_ts
 
 __all__ = [
     "DeadLetter",
     "Incident",
+    "IncidentKind",
     "IncidentStatus",
     "JobAttribution",
     "MttfPartial",
@@ -37,6 +38,40 @@ class Severity(StrEnum):
 _SEVERITY_RANK = {Severity.INFO: 0, Severity.WARN: 1, Severity.CRITICAL: 2}
 
 
+class IncidentKind(StrEnum):
+    """Every kind of incident the detection core can emit: what went wrong, by what found it.
+
+    The value is what the ``kind`` column and the incidents topic carry. A member is a ``str``, so
+    it compares equal to its value and serializes as it.
+
+    >>> IncidentKind.GPU_BUS == "gpu_bus", f"{IncidentKind.LEMON_NODE}"
+    (True, 'lemon_node')
+    """
+
+    # XID families (``gpu_`` + ``detectors.xid_catalog.XidCategory``). The ECC rules report into
+    # the memory and row-remap families, so one fault seen in the kernel log and in the counters
+    # is one incident. Application-class XIDs are info and open no incident today; their member
+    # keeps the family -> kind mapping total.
+    GPU_APPLICATION = "gpu_application"
+    GPU_MEMORY = "gpu_memory"
+    GPU_ROW_REMAP = "gpu_row_remap"
+    GPU_NVLINK = "gpu_nvlink"
+    GPU_BUS = "gpu_bus"
+    GPU_FIRMWARE = "gpu_firmware"
+    GPU_ENGINE = "gpu_engine"
+    GPU_DRIVER = "gpu_driver"
+    GPU_THERMAL_POWER = "gpu_thermal_power"
+    XID_UNKNOWN = "xid_unknown"  # an XID missing from the catalog
+    # Online models: bursts from one GPU, NVLink errors spreading over a node, rising SBEs.
+    XID_STORM = "xid_storm"
+    NVLINK_FLAPPING = "nvlink_flapping"
+    ECC_TREND = "ecc_trend"
+    # Fleet statistics: a node failing far more often than the others.
+    LEMON_NODE = "lemon_node"
+    # Job attribution: a failed job with hardware evidence on its nodes.
+    JOB_HW_FAILURE = "job_hw_failure"
+
+
 class IncidentStatus(StrEnum):
     """Lifecycle of an incident: it opens, is updated while evidence keeps coming, resolves."""
 
@@ -55,7 +90,7 @@ class Incident:
     """
 
     incident_id: str
-    kind: str
+    kind: IncidentKind
     severity: Severity
     status: IncidentStatus
     cluster: str
@@ -76,7 +111,7 @@ class Incident:
         """Return the JSON form sent on the incidents topic."""
         return {
             "incident_id": self.incident_id,
-            "kind": self.kind,
+            "kind": self.kind.value,
             "severity": self.severity.value,
             "status": self.status.value,
             "cluster": self.cluster,
@@ -116,7 +151,7 @@ class JobAttribution:
     @property
     def gpu_hours(self) -> float:
         """GPU-hours the run had consumed when it died (the work at risk)."""
-        return self.gpus * (self.end_ms - self.start_ms) / 3_600_000
+        return self.gpus * (self.end_ms - self.start_ms) / HOUR_MS
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,22 +32,20 @@ from typing import Any
 
 from clickhouse_connect.driver.client import Client
 
-from schemas.timeutil import parse_ts
+from schemas.outputs import IncidentKind
+from schemas.timeutil import DAY_MS, HOUR_MS, parse_ts
 from stream.settings import Settings
 from stream.simulator.truth import FaultTruth, Truth
 from stream.sinks.store import query_rows
 
 __all__ = ["DetectorScore", "evaluate_store", "render_evaluation", "score_detectors"]
 
-HOUR_MS = 3_600_000
-DAY_MS = 24 * HOUR_MS
-
 
 @dataclass(frozen=True, slots=True)
 class _Rule:
     detector: str
     truth_kind: str
-    incident_kinds: frozenset[str] | None  # None: any kind of the severity below
+    incident_kinds: frozenset[IncidentKind] | None  # None: any kind of the severity below
     severity: str | None
     per_gpu: bool
     slack_ms: int
@@ -57,11 +55,12 @@ class _Rule:
 
 RULES = (
     _Rule("critical hardware (rules)", "critical_hw", None, "critical", True, 0),
-    _Rule("ECC trend (River)", "ecc_degradation", frozenset({"ecc_trend"}), None, True, 0, DAY_MS),
-    _Rule("XID storm (River)", "xid_storm", frozenset({"xid_storm"}), None, True, HOUR_MS),
-    _Rule("NVLink flapping (River)", "nvlink_flapping", frozenset({"nvlink_flapping"}), None, False, DAY_MS,
-          min_gpus=2),
-    _Rule("lemon nodes (fleet)", "lemon_node", frozenset({"lemon_node"}), None, False, 0, 7 * DAY_MS),
+    _Rule("ECC trend (River)", "ecc_degradation", frozenset({IncidentKind.ECC_TREND}), None, True, 0, DAY_MS),
+    _Rule("XID storm (River)", "xid_storm", frozenset({IncidentKind.XID_STORM}), None, True, HOUR_MS),
+    _Rule("NVLink flapping (River)", "nvlink_flapping", frozenset({IncidentKind.NVLINK_FLAPPING}), None,
+          False, DAY_MS, min_gpus=2),
+    _Rule("lemon nodes (fleet)", "lemon_node", frozenset({IncidentKind.LEMON_NODE}), None, False, 0,
+          7 * DAY_MS),
 )  # fmt: skip
 
 
@@ -234,7 +233,7 @@ def evaluate_store(client: Client, settings: Settings, truth: Truth) -> dict[str
     measured_rf = 1000 * mttf["failures"] / (mttf["node_hours"] / 24) if mttf["node_hours"] else None
     true_rf = truth.true_rf_per_1000_node_days
     lemon_truth = {f.node for f in truth.faults if f.kind == "lemon_node"}
-    flagged = {i["node"] for i in incidents if i["kind"] == "lemon_node"}
+    flagged = {i["node"] for i in incidents if i["kind"] == IncidentKind.LEMON_NODE}
     fleet = query_rows(
         client,
         f"""SELECT DISTINCT node FROM {db}.ecc_samples

@@ -12,6 +12,7 @@ import orjson
 from clickhouse_connect.driver.client import Client
 
 from detectors.mttf import ettr, optimal_checkpoint_interval_hours, projected_mttf_hours
+from schemas.outputs import IncidentKind
 from stream.settings import Settings
 from stream.sinks.store import query_rows
 
@@ -21,7 +22,7 @@ __all__ = ["LEMON_KIND", "PAPER_RF", "REPORT_STEPS", "build_report", "render_tex
 PAPER_RF = {"RSC-1 (16k A100)": 6.50, "RSC-2 (8k A100)": 2.34}
 
 #: The incident kind of a lemon-node verdict (``detectors.core``, ``_evaluate_lemons``).
-LEMON_KIND = "lemon_node"
+LEMON_KIND = IncidentKind.LEMON_NODE
 
 #: What ``build_report`` reads, in order; its ``progress`` callback gets each name as it starts.
 REPORT_STEPS = (

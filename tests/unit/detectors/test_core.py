@@ -5,7 +5,7 @@ from collections import defaultdict
 import pytest
 
 from detectors.core import CoreConfig, DetectionCore, Emitted
-from schemas.outputs import IncidentStatus, Severity
+from schemas.outputs import IncidentKind, IncidentStatus, Severity
 from schemas.records import EccSample, JobEvent, JobState, XidEvent
 
 MIN = 60_000
@@ -83,7 +83,7 @@ def test_attributed_failure_names_job_size_nodes_and_evidence():
     assert attribution.evidence_nodes == ("n1",)
     assert attribution.evidence_xids == (79,)
     assert attribution.size_bucket == "8-63"
-    [job_incident] = [i for i in out.incidents if i.kind == "job_hw_failure"]
+    [job_incident] = [i for i in out.incidents if i.kind == IncidentKind.JOB_HW_FAILURE]
     assert job_incident.incident_id == attribution.incident_id
     assert job_incident.evidence["job_id"] == "j1"
     assert job_incident.evidence["gpus"] == 16
@@ -106,7 +106,8 @@ def test_storm_on_one_gpu_is_one_incident_updated_then_resolved():
     storm = [xid(T0 + i * MIN, code=74) for i in range(30)]
     later = [xid(T0 + 5 * HOUR, node="n2", code=13)]
     _, out = run_all(storm + later)
-    out.incidents = [i for i in out.incidents if i.kind == "gpu_nvlink"]  # the storm detector also fires
+    # The storm detector also fires; the family incident is the one under test.
+    out.incidents = [i for i in out.incidents if i.kind == IncidentKind.GPU_NVLINK]
     ids = {i.incident_id for i in out.incidents}
     assert len(ids) == 1
     statuses = [i.status for i in out.incidents]
@@ -134,7 +135,7 @@ def test_application_xids_alone_open_no_incident_but_unknown_ones_are_flagged():
     scattered = [xid(T0 + i * HOUR, node=f"n{i % 7}", code=13) for i in range(50)]
     _, out = run_all([*scattered, xid(T0 + 50 * HOUR, code=4242)])
     kinds = {(i.kind, i.severity) for i in out.incidents}
-    assert kinds == {("xid_unknown", Severity.WARN)}
+    assert kinds == {(IncidentKind.XID_UNKNOWN, Severity.WARN)}
 
 
 def test_ecc_dbe_and_xid_48_on_the_same_gpu_are_one_incident():
@@ -144,7 +145,7 @@ def test_ecc_dbe_and_xid_48_on_the_same_gpu_are_one_incident():
         )
 
     _, out = run_all([sample(T0, 0), xid(T0 + MIN, code=48), sample(T0 + 10 * MIN, 1)])
-    assert {i.kind for i in out.incidents} == {"gpu_memory"}
+    assert {i.kind for i in out.incidents} == {IncidentKind.GPU_MEMORY}
     assert len({i.incident_id for i in out.incidents}) == 1
     assert out.incidents[-1].evidence["counter_deltas"] == {"dbe_volatile": 1}
 
@@ -261,7 +262,7 @@ def test_quiet_period_is_judged_on_event_time_not_on_how_far_the_watermark_got()
     # With a lateness of 10 h the watermark lags far behind; the gap of 2 h between two XIDs is
     # still longer than the 1 h quiet period, so they are two incidents, the first resolved.
     _, out = run_all([xid(T0), xid(T0 + 2 * HOUR)], CoreConfig(allowed_lateness_ms=10 * HOUR))
-    statuses = [(i.incident_id, i.status) for i in out.incidents if i.kind == "gpu_bus"]
+    statuses = [(i.incident_id, i.status) for i in out.incidents if i.kind == IncidentKind.GPU_BUS]
     first, second = statuses[0][0], statuses[-1][0]
     assert first != second
     assert (first, IncidentStatus.RESOLVED) in statuses

@@ -5,10 +5,12 @@ from collections import deque
 
 from detectors.core import CoreConfig, DetectionCore
 from detectors.ecc_trend import ecc_trend_filter
-from detectors.lemon import DAY_MS, LemonConfig, LemonTracker
+from detectors.lemon import LemonConfig, LemonTracker
 from detectors.surprise import poisson_surprise
 from detectors.xid_burst import XidStormScorer, spread_filter, storm_filter
+from schemas.outputs import IncidentKind
 from schemas.records import EccSample, JobEvent, JobState, XidEvent
+from schemas.timeutil import DAY_MS
 
 HOUR = 3_600_000
 T0 = 1_704_067_200_000
@@ -137,18 +139,18 @@ def incidents_of(records, config=None):
 
 def test_core_turns_an_application_xid_storm_into_one_warn_incident():
     storm = [xid(T0 + i * 60_000) for i in range(60)]
-    found = [i for i in incidents_of(storm) if i.kind == "xid_storm"]
+    found = [i for i in incidents_of(storm) if i.kind == IncidentKind.XID_STORM]
     assert len({i.incident_id for i in found}) == 1
     assert found[0].severity.value == "warn"
     assert found[0].gpu == "0000:07:00"
     isolated = [xid(T0 + i * HOUR) for i in range(60)]
-    assert not [i for i in incidents_of(isolated) if i.kind == "xid_storm"]
+    assert not [i for i in incidents_of(isolated) if i.kind == IncidentKind.XID_STORM]
 
 
 def test_core_flags_nvlink_errors_spreading_over_a_node():
     buses = ["0000:07:00", "0000:0f:00", "0000:47:00"]
     records = [xid(T0 + i * 30 * 60_000, code=144, bus=buses[i % 3]) for i in range(8)]
-    found = [i for i in incidents_of(records) if i.kind == "nvlink_flapping"]
+    found = [i for i in incidents_of(records) if i.kind == IncidentKind.NVLINK_FLAPPING]
     assert found and found[0].gpu == "" and found[0].node == "n1"
 
 
@@ -160,8 +162,8 @@ def test_core_flags_a_degrading_gpu_before_its_uncorrectable_error():
     counts = [0, 0, 0, 2, 6, 14, 30, 62, 126]
     records = [sample(i, c) for i, c in enumerate(counts)] + [sample(len(counts), 200, dbe=1)]
     found = incidents_of(records)
-    trend = [i for i in found if i.kind == "ecc_trend"]
-    memory = [i for i in found if i.kind == "gpu_memory"]
+    trend = [i for i in found if i.kind == IncidentKind.ECC_TREND]
+    memory = [i for i in found if i.kind == IncidentKind.GPU_MEMORY]
     assert trend and memory
     assert trend[0].detected_ms <= T0 + 7 * 6 * HOUR  # within a day of the first rise
     assert trend[0].detected_ms < memory[0].detected_ms
@@ -180,7 +182,7 @@ def test_core_names_a_lemon_node_from_fleet_statistics():
         records.append(xid(T0 + day * DAY_MS + 2 * HOUR, node="node07", code=13))
     records.append(xid(T0 + 25 * DAY_MS, node="node01", code=13))  # moves the watermark
     records.sort(key=lambda r: r.ts_ms)
-    lemons = [i for i in incidents_of(records) if i.kind == "lemon_node"]
+    lemons = [i for i in incidents_of(records) if i.kind == IncidentKind.LEMON_NODE]
     assert {i.node for i in lemons} == {"node07"}
     assert len({i.incident_id for i in lemons}) == 1
     assert lemons[-1].evidence["counter_deltas"]["hw_incidents"] >= 5
