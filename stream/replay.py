@@ -25,7 +25,7 @@ from stream.inputs.parsers.options import ParseOptions
 from stream.pipeline import RecordPipeline
 from stream.settings import Settings
 from stream.sinks.clickhouse import ClickHouseSink, SinkFlushError, flush_with_retry
-from stream.sinks.dead_letters import DeadLetterFile, NoDeadLetters, to_dead_letter
+from stream.sinks.dead_letters import DeadLetterFile, DeadLetterPolicy, NoDeadLetters, to_dead_letter
 
 __all__ = ["ReplaySummary", "replay"]
 
@@ -107,7 +107,7 @@ def replay(
     started = time.perf_counter()
     inputs = MergedInputs(paths, options, fmt, settings.allowed_lateness_seconds * 1000)
     sink = ClickHouseSink(client, settings.database, settings.sink_batch_rows)
-    policy = settings.dead_letter_policy()
+    policy = DeadLetterPolicy.from_settings(settings)
     letters = DeadLetterFile(dead_letter_file) if dead_letter_file is not None else NoDeadLetters()
     pipeline = RecordPipeline(
         DetectionCore(settings.core_config()), sink, letters, settings.allowed_lateness_seconds

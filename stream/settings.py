@@ -15,7 +15,6 @@ from typing import Any
 
 from detectors.core import CoreConfig
 from detectors.mttf import SizeBuckets
-from stream.sinks.dead_letters import DeadLetterPolicy
 
 __all__ = ["ENV_PREFIX", "Settings", "SettingsError"]
 
@@ -181,15 +180,6 @@ class Settings:
     def reference_sizes(self) -> tuple[int, ...]:
         """Reference job sizes as integers."""
         return _ints(self.reference_job_sizes)
-
-    def dead_letter_policy(self, hint: str | None = None) -> DeadLetterPolicy:
-        """The dead-letter limits; ``hint`` ends the message that stops a run."""
-        policy = DeadLetterPolicy(
-            self.dead_letter_max_ratio, self.dead_letter_min_records, self.dead_letter_max_consecutive
-        )
-        if hint is not None:
-            policy.hint = hint
-        return policy
 
     def core_config(self) -> CoreConfig:
         """The detection core's configuration."""

@@ -26,6 +26,7 @@ import orjson
 
 from schemas.outputs import DeadLetter
 from schemas.records import InvalidRecord
+from stream.settings import Settings
 
 __all__ = [
     "DeadLetterFile",
@@ -129,6 +130,18 @@ class DeadLetterPolicy:
                 f"{source}: the last {in_a_row} records in a row are dead letters "
                 f"(FAULTSTREAM_DEAD_LETTER_MAX_CONSECUTIVE); most common reason: {common}. {self.hint}"
             )
+
+    @classmethod
+    def from_settings(cls, settings: Settings, hint: str | None = None) -> DeadLetterPolicy:
+        """The limits configured by ``FAULTSTREAM_DEAD_LETTER_*``; ``hint`` ends the stop message."""
+        policy = cls(
+            settings.dead_letter_max_ratio,
+            settings.dead_letter_min_records,
+            settings.dead_letter_max_consecutive,
+        )
+        if hint is not None:
+            policy.hint = hint
+        return policy
 
     @property
     def total_bad(self) -> int:

@@ -25,7 +25,13 @@ from schemas.records import InvalidRecord
 from stream.kafka.codec import decode_record
 from stream.settings import Settings
 from stream.sinks.clickhouse import ClickHouseSink
-from stream.sinks.dead_letters import DeadLetterLimitExceeded, KafkaDeadLetters, reason_class, to_dead_letter
+from stream.sinks.dead_letters import (
+    DeadLetterLimitExceeded,
+    DeadLetterPolicy,
+    KafkaDeadLetters,
+    reason_class,
+    to_dead_letter,
+)
 from stream.worker.checkpoints import CheckpointTopic
 from stream.worker.commit import CommitPoint
 from stream.worker.diagnostics import committed_offsets, fetch_state, refetch
@@ -80,8 +86,8 @@ class WorkerRuntime:
             settings.kafka_bootstrap, settings.topic_checkpoints, settings.worker_app_id
         )
         self.checkpoints_started = False
-        self.policy = settings.dead_letter_policy(
-            hint="Is the producer writing the JSON Schemas of schemas/jsonschema/?"
+        self.policy = DeadLetterPolicy.from_settings(
+            settings, hint="Is the producer writing the JSON Schemas of schemas/jsonschema/?"
         )
 
         async def send_dead_letter(key: bytes, value: bytes, headers: list[tuple[str, bytes]]) -> Any:
