@@ -64,6 +64,13 @@ def add_replay_parser(commands: Commands) -> None:
     replay.add_argument(
         "--rate", type=float, help="with --to: records per second (default: as fast as possible)"
     )
+    replay.add_argument(
+        "--records-per-message",
+        type=_positive_int,
+        default=256,
+        metavar="N",
+        help="with --to: records per Kafka message, newline-delimited (default 256; 1: one record a message)",
+    )
     replay.add_argument("--json", action="store_true", help="print the summary as JSON")
     replay.add_argument(
         "--progress", action=argparse.BooleanOptionalAction, default=None, help="progress bar"
@@ -186,6 +193,16 @@ def run_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {value!r}")
+    return number
+
+
 def _publish(args: argparse.Namespace, settings: Settings, options: ParseOptions) -> int:
     """``replay --to``: publish the files' records to the input topics for the workers."""
     import asyncio
@@ -202,6 +219,7 @@ def _publish(args: argparse.Namespace, settings: Settings, options: ParseOptions
                 fmt=Format(args.format) if args.format else None,
                 rate=args.rate,
                 progress=update,
+                records_per_message=args.records_per_message,
             )
         )
     finally:
@@ -212,6 +230,7 @@ def _publish(args: argparse.Namespace, settings: Settings, options: ParseOptions
             {
                 "kafka": settings.kafka_bootstrap,
                 "sent": summary.sent,
+                "messages": summary.messages,
                 "dead_letters": summary.dead_letters,
                 "seconds": summary.seconds,
             }
@@ -221,6 +240,7 @@ def _publish(args: argparse.Namespace, settings: Settings, options: ParseOptions
         f"Published {total:,} records to {settings.kafka_bootstrap} in {summary.seconds:.1f} s "
         f"({total / max(summary.seconds, 1e-9):,.0f}/s): "
         + ", ".join(f"{topic} {n:,}" for topic, n in sorted(summary.sent.items()))
+        + f" in {sum(summary.messages.values()):,} messages"
         + f"; {summary.dead_letters:,} to {settings.topic_dead_letters}\n"
     )
     return 0

@@ -1,10 +1,15 @@
 """``replay --to``: publishing history to the input topics, in event-time order.
 
 Records are encoded by :mod:`stream.kafka.codec` (keyed by node, or job id for jobs, with the
-event time as the Kafka timestamp). Records that fail parsing, or come later than the allowed
-lateness within their file, go to the dead-letter topic with the reason, source and location in
-headers and the raw bytes as the value (:class:`stream.sinks.dead_letters.KafkaDeadLetters`), so
-nothing is dropped on the way.
+event time as the Kafka timestamp) and batched deterministically: consecutive records of one
+partition, up to ``records_per_message`` records and ``MAX_MESSAGE_BYTES`` bytes a message, the
+partition computed from the record's key as Kafka's default partitioner would, so each
+partition's order is exactly the one-record-a-message order. Nothing waits on a timer; a paced
+publish (``rate``) sends what it holds whenever it is ahead of its schedule.
+
+Records that fail parsing, or come later than the allowed lateness within their file, go to the
+dead-letter topic with the reason, source and location in headers and the raw bytes as the value
+(:class:`stream.sinks.dead_letters.KafkaDeadLetters`), so nothing is dropped on the way.
 """
 
 from __future__ import annotations
@@ -22,12 +27,95 @@ from schemas.records import EccSample, InvalidRecord, JobEvent, XidEvent
 from stream.inputs.files import LateRecord, MergedInputs, SourceStats
 from stream.inputs.parsers import Format
 from stream.inputs.parsers.options import ParseOptions
-from stream.kafka.codec import encode_record, record_key
+from stream.kafka.codec import (
+    MAX_MESSAGE_BYTES,
+    RECORDS_PER_MESSAGE,
+    encode_record,
+    partition_for_key,
+    record_key,
+)
 from stream.pipeline import late_dead_letter
 from stream.settings import Settings
 from stream.sinks.dead_letters import KafkaDeadLetters, to_dead_letter
 
-__all__ = ["PublishSummary", "publish"]
+__all__ = ["MessageBatcher", "OutgoingMessage", "PublishSummary", "publish"]
+
+
+@dataclass(frozen=True, slots=True)
+class OutgoingMessage:
+    """One message to send: consecutive records of one partition, newline-delimited."""
+
+    topic: str
+    partition: int
+    key: bytes
+    timestamp_ms: int
+    value: bytes
+    records: int
+
+
+@dataclass(slots=True)
+class _Pending:
+    key: bytes
+    timestamp_ms: int
+    lines: list[bytes] = field(default_factory=list)
+    size: int = 0
+
+
+class MessageBatcher:
+    """Cuts each partition's records into messages of at most ``records`` records and ``max_bytes``.
+
+    Examples
+    --------
+    >>> batcher = MessageBatcher({"xid": 2}, records=2)
+    >>> batcher.add("xid", b"node0001", 10, b"a") is None
+    True
+    >>> batcher.add("xid", b"node0004", 11, b"b") is None  # node0004 hashes to the other partition
+    True
+    >>> batcher.add("xid", b"node0001", 12, b"c")
+    OutgoingMessage(topic='xid', partition=0, key=b'node0001', timestamp_ms=10, value=b'a\\nc', records=2)
+    >>> [m.value for m in batcher.drain()]
+    [b'b']
+    """
+
+    def __init__(self, partitions: dict[str, int], records: int = RECORDS_PER_MESSAGE,
+                 max_bytes: int = MAX_MESSAGE_BYTES) -> None:  # fmt: skip
+        if records < 1:
+            raise ValueError(f"records per message must be at least 1, got {records}")
+        self._partitions = partitions
+        self._records = records
+        self._max_bytes = max_bytes
+        self._pending: dict[tuple[str, int], _Pending] = {}
+
+    def add(self, topic: str, key: bytes, timestamp_ms: int, line: bytes) -> OutgoingMessage | None:
+        """Hold one encoded record; return the message it completes, if it completes one."""
+        partition = partition_for_key(key, self._partitions[topic])
+        where = (topic, partition)
+        pending = self._pending.get(where)
+        full = None
+        if pending is not None and pending.size + len(line) + 1 > self._max_bytes:
+            full = self._message(where, self._pending.pop(where))
+            pending = None
+        if pending is None:
+            pending = self._pending[where] = _Pending(key, timestamp_ms)
+        pending.lines.append(line)
+        pending.size += len(line) + 1
+        if len(pending.lines) >= self._records:
+            if full is not None:  # only when one line alone fills a message and records is 1
+                raise AssertionError("two messages completed by one record")
+            full = self._message(where, self._pending.pop(where))
+        return full
+
+    def drain(self) -> list[OutgoingMessage]:
+        """Every message not yet full, in (topic, partition) order."""
+        messages = [self._message(where, self._pending[where]) for where in sorted(self._pending)]
+        self._pending.clear()
+        return messages
+
+    @staticmethod
+    def _message(where: tuple[str, int], pending: _Pending) -> OutgoingMessage:
+        topic, partition = where
+        value = b"\n".join(pending.lines)
+        return OutgoingMessage(topic, partition, pending.key, pending.timestamp_ms, value, len(pending.lines))
 
 
 @dataclass(slots=True)
@@ -35,7 +123,10 @@ class PublishSummary:
     """What a publish sent."""
 
     sources: list[SourceStats]
+    #: Records sent, per topic.
     sent: dict[str, int] = field(default_factory=dict)
+    #: Messages they went out in, per topic.
+    messages: dict[str, int] = field(default_factory=dict)
     dead_letters: int = 0
     seconds: float = 0.0
 
@@ -47,8 +138,10 @@ async def publish(
     fmt: Format | None = None,
     rate: float | None = None,
     progress: Callable[[int, int], None] | None = None,
+    records_per_message: int = RECORDS_PER_MESSAGE,
 ) -> PublishSummary:
-    """Publish history to the input topics in event-time order; ``rate`` paces it (records/s)."""
+    """Publish history to the input topics in event-time order; ``rate`` paces it (records/s);
+    ``records_per_message`` 1 sends every record as a message of its own."""
     started = time.perf_counter()
     inputs = MergedInputs(paths, options, fmt, settings.allowed_lateness_seconds * 1000)
     summary = PublishSummary(sources=inputs.sources)
@@ -63,7 +156,23 @@ async def publish(
     await producer.start()
     sent = 0
     try:
+        partitions = {
+            topic: len(await producer.partitions_for(topic)) for topic in sorted(set(topics.values()))
+        }
+        batcher = MessageBatcher(partitions, records_per_message)
         pending = []
+
+        async def send(message: OutgoingMessage) -> None:
+            pending.append(
+                await producer.send(
+                    message.topic,
+                    value=message.value,
+                    key=message.key,
+                    partition=message.partition,
+                    timestamp_ms=message.timestamp_ms,
+                )
+            )
+            summary.messages[message.topic] = summary.messages.get(message.topic, 0) + 1
 
         async def send_dead_letter(key: bytes, value: bytes, headers: list[tuple[str, bytes]]) -> Any:
             return await producer.send(settings.topic_dead_letters, value=value, key=key, headers=headers)
@@ -78,15 +187,13 @@ async def publish(
                 letters.produce(late_dead_letter(item.record, item.watermark_ms, stats.path, lateness_s))
             else:
                 topic = topics[type(item)]
-                pending.append(
-                    await producer.send(
-                        topic, value=encode_record(item), key=record_key(item), timestamp_ms=item.ts_ms
-                    )
-                )
+                message = batcher.add(topic, record_key(item), item.ts_ms, encode_record(item))
+                if message is not None:
+                    await send(message)
                 stats.records[topic] += 1
                 summary.sent[topic] = summary.sent.get(topic, 0) + 1
             sent += 1
-            if len(pending) + letters.pending(0) >= 10_000:
+            if len(pending) + letters.pending(0) >= 2_000:
                 summary.dead_letters += await letters.deliver(0)
                 await asyncio.gather(*pending)
                 pending.clear()
@@ -95,7 +202,11 @@ async def publish(
             if rate:
                 ahead = sent / rate - (time.perf_counter() - started)
                 if ahead > 0:
+                    for message in batcher.drain():  # paced: nothing waits longer than the pace
+                        await send(message)
                     await asyncio.sleep(ahead)
+        for message in batcher.drain():
+            await send(message)
         summary.dead_letters += await letters.deliver(0)
         await asyncio.gather(*pending)
         await producer.flush()

@@ -101,9 +101,9 @@ class DeadLetterPolicy:
     bad_in_a_row: Counter[str] = field(default_factory=Counter)
     reasons: Counter[str] = field(default_factory=Counter)
 
-    def good(self, source: str) -> None:
-        """Count a record that was used."""
-        self.good_by_source[source] += 1
+    def good(self, source: str, count: int = 1) -> None:
+        """Count records that were used."""
+        self.good_by_source[source] += count
         if self.bad_in_a_row[source]:
             self.bad_in_a_row[source] = 0
 

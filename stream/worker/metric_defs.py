@@ -17,6 +17,7 @@ MetricKind = Literal["counter", "gauge", "histogram"]
 
 MetricName = Literal[
     "faultstream_events_in",
+    "faultstream_records_in",
     "faultstream_events_skipped",
     "faultstream_input_rereads",
     "faultstream_input_lost",
@@ -48,6 +49,11 @@ class MetricDef:
 
 METRICS: dict[MetricName, MetricDef] = {
     "faultstream_events_in": MetricDef("counter", "Input messages read, by topic.", ("topic",)),
+    "faultstream_records_in": MetricDef(
+        "counter",
+        "Input records decoded and used, by topic (a message carries one or more records).",
+        ("topic",),
+    ),
     "faultstream_events_skipped": MetricDef(
         "counter",
         "Input messages delivered again and skipped (a restored checkpoint or an earlier read "

@@ -29,6 +29,7 @@ class WorkerMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self.events_in = self._counter("faultstream_events_in")
+        self.records_in = self._counter("faultstream_records_in")
         self.events_skipped = self._counter("faultstream_events_skipped")
         self.input_rereads = self._counter("faultstream_input_rereads")
         self.input_lost = self._counter("faultstream_input_lost")

@@ -22,7 +22,7 @@ from faust.types import TP
 
 from schemas.outputs import DeadLetter
 from schemas.records import InvalidRecord
-from stream.kafka.codec import decode_record
+from stream.kafka.codec import decode_message, decode_record, message_lines, partition_for_key
 from stream.settings import Settings
 from stream.sinks.clickhouse import ClickHouseSink
 from stream.sinks.dead_letters import (
@@ -109,7 +109,9 @@ class WorkerRuntime:
     # -- input ------------------------------------------------------------------------------
 
     async def apply(self, event: Any) -> None:
-        """Apply one input message to its partition's state; commit the partition if it is due."""
+        """Apply one input message (one or more records) to its partition's state; commit the
+        partition if it is due. Per-message work is done once; per record, only decoding and
+        the merge."""
         message = event.message
         if self._stale(message):
             return
@@ -122,17 +124,23 @@ class WorkerRuntime:
         state.uncommitted += 1
         kind = self.topics.kinds[topic]
         source = f"{topic}/{message.partition}"
-        try:
-            record = decode_record(kind, event.value, source, f"offset {message.offset}")
-        except InvalidRecord as error:
-            await self._dead_letter(error, kind, topic, state.pipeline.reject)
-        else:
-            self.policy.good(source)
-            state.merger.add(kind, record.ts_ms, record)
+        add = state.merger.add
+        good = 0
+        for item in decode_message(kind, event.value, source, message.offset):
+            if isinstance(item, InvalidRecord):
+                await self._dead_letter(item, kind, topic, state.pipeline.reject)
+            else:
+                good += 1
+                add(kind, item.ts_ms, item)
+        if good:
+            self.policy.good(source, good)
+            self.metrics.records_in.labels(topic).inc(good)
         await self._release(state)
 
     async def rekey(self, event: Any) -> None:
-        """Send a job state change to the jobs-by-node topic once per node of the job."""
+        """Copy the job state changes of a jobs message to the jobs-by-node topic: once to each
+        partition that holds one of a job's nodes (one message per partition, the jobs' lines
+        in order), so every node's detection core sees its jobs in the jobs topic's order."""
         message = event.message
         if self._stale(message):
             return
@@ -140,22 +148,42 @@ class WorkerRuntime:
         self.metrics.events_in.labels(message.topic).inc()
         if not await self._next_in_line(message):
             return
-        try:
-            job = decode_record("job", event.value, source, f"offset {message.offset}")
-        except InvalidRecord as error:
-            await self._dead_letter(error, "job", message.topic, self._reject_rekeyed)
+        target = self.settings.topic_jobs_by_node
+        partitions = self.app.consumer.topic_partitions(target) or self.settings.topic_partitions
+        copies: dict[int, list[tuple[bytes, int, bytes]]] = {}  # partition -> (key, ts, line)
+        bad = False
+        good = 0
+        for location, line in message_lines(event.value, message.offset):
+            try:
+                job = decode_record("job", line, source, location)
+            except InvalidRecord as error:
+                await self._dead_letter(error, "job", message.topic, self._reject_rekeyed)
+                bad = True
+                continue
+            good += 1
+            for node in sorted(set(job.nodes)):
+                key = node.encode()
+                lines = copies.setdefault(partition_for_key(key, partitions), [])
+                if not lines or lines[-1][2] is not line:
+                    lines.append((key, job.ts_ms, line))
+        if good:
+            self.policy.good(source, good)
+            self.metrics.records_in.labels(message.topic).inc(good)
+        sends = [
+            await self.topics.jobs_by_node.send(
+                key=lines[0][0],
+                value=b"\n".join(line for _, _, line in lines),
+                partition=partition,
+                timestamp=lines[0][1] / 1000,
+            )
+            for partition, lines in sorted(copies.items())
+        ]
+        await asyncio.gather(*sends)  # delivered before the job message may be committed
+        if bad:
             await self.dead_letters.deliver(_REKEY_BATCH)
             async with self.lock:
                 if not await self.commit_point.flush_sink(_REKEY_BATCH, lambda: True):
                     return
-        else:
-            self.policy.good(source)
-            at = job.ts_ms / 1000
-            copies = [
-                await self.topics.jobs_by_node.send(key=node.encode(), value=event.value, timestamp=at)
-                for node in sorted(set(job.nodes))
-            ]
-            await asyncio.gather(*copies)  # delivered before the job message may be committed
         self._rekeyed[message.partition] = message.offset  # committed by tick()
 
     def _stale(self, message: Any) -> bool:

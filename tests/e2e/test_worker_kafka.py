@@ -67,8 +67,11 @@ def start_console(env: dict[str, str], *args: str, out: Path) -> subprocess.Pope
         )  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def run(bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+@pytest.fixture(scope="module", params=[256, 1], ids=["256-records-a-message", "1-record-a-message"])
+def run(
+    bootstrap: str, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Run]:
+    """Published in batches (the default) and one record a message (what third-party producers send)."""
     tmp_path = tmp_path_factory.mktemp("worker-kafka")
     prefix = f"w{uuid.uuid4().hex[:8]}"
     env = kafka.deployment_env(bootstrap, prefix, 1, FAULTSTREAM_DATA_DIR=str(tmp_path / "worker-data"))
@@ -76,7 +79,17 @@ def run(bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ru
     # The console starts before anything is published and follows the topic live.
     console_path = tmp_path / "tail.jsonl"
     console = start_console(env, "--json", out=console_path)
-    cli(env, "replay", str(LOGS), "--to", f"kafka://{bootstrap}", "--no-progress")
+    per_message = str(request.param)
+    cli(
+        env,
+        "replay",
+        str(LOGS),
+        "--to",
+        f"kafka://{bootstrap}",
+        "--no-progress",
+        "--records-per-message",
+        per_message,
+    )
     bad = [b"{not json", b'{"ts": "2024-01-05T00:00:00Z", "cluster": "sim", "node": "node0001", "xid": "79"}']
     asyncio.run(produce(bootstrap, env["FAULTSTREAM_TOPIC_XID"], [(b"node0001", value) for value in bad]))
     worker = Worker(env, tmp_path / "worker-store", tmp_path / "worker.log")

@@ -41,25 +41,36 @@ LOGS = ROOT / "examples" / "sim-48x14" / "logs"
 
 
 def deployment(
-    bootstrap: str, tmp_path: Path, partitions: int, name: str, *, publish: bool = True
+    bootstrap: str,
+    tmp_path: Path,
+    partitions: int,
+    name: str,
+    *,
+    publish: bool = True,
+    per_message: int = 256,
 ) -> dict[str, str]:
     prefix = f"{name}{uuid.uuid4().hex[:8]}"
     env = kafka.deployment_env(bootstrap, prefix, partitions, FAULTSTREAM_DATA_DIR=str(tmp_path / prefix))
     cli(env, "init-kafka")
     if publish:
-        publish_logs(env)
+        publish_logs(env, per_message)
     return env
 
 
-def publish_logs(env: dict[str, str]) -> None:
-    cli(env, "replay", str(LOGS), "--to", f"kafka://{env['FAULTSTREAM_KAFKA_BOOTSTRAP']}", "--no-progress")
+def publish_logs(env: dict[str, str], per_message: int = 256) -> None:
+    """Publish the example; ``per_message`` records a message (1: what a one-record producer sends).
+
+    The kill and the join use one record a message: the example must span enough messages for
+    them to land mid-stream; the outage uses small batches, the two workers full ones."""
+    cli(env, "replay", str(LOGS), "--to", f"kafka://{env['FAULTSTREAM_KAFKA_BOOTSTRAP']}", "--no-progress",
+        "--records-per-message", str(per_message))  # fmt: skip
 
 
 def test_kill_9_mid_stream_then_restart_loses_nothing_and_duplicates_little(
     bootstrap: str, tmp_path: Path, embedded
 ) -> None:
     expected, before = embedded
-    env = deployment(bootstrap, tmp_path, 1, "k")
+    env = deployment(bootstrap, tmp_path, 1, "k", per_message=1)
     ecc = env["FAULTSTREAM_TOPIC_ECC"]
     first = Worker(env, tmp_path / "store-1", tmp_path / "worker-1.log")
     deadline = time.monotonic() + 180
@@ -101,7 +112,7 @@ def test_a_clickhouse_outage_pauses_the_worker_and_loses_nothing(
     bootstrap: str, tmp_path: Path, embedded
 ) -> None:
     expected, before = embedded
-    env = deployment(bootstrap, tmp_path, 1, "o")
+    env = deployment(bootstrap, tmp_path, 1, "o", per_message=8)
     outage = tmp_path / "clickhouse-is-down"
     outage.touch()
     env["FAULTSTREAM_TEST_OUTAGE_FILE"] = str(outage)
@@ -187,7 +198,7 @@ def test_a_worker_joining_mid_stream_takes_over_a_partition_and_nothing_changes(
     bootstrap: str, tmp_path: Path, one_worker_on_two_partitions
 ) -> None:
     reference, before = one_worker_on_two_partitions
-    env = deployment(bootstrap, tmp_path, 2, "j")
+    env = deployment(bootstrap, tmp_path, 2, "j", per_message=1)
     first = Worker(env, tmp_path / "first", tmp_path / "first.log")
     workers = [first]
     try:
