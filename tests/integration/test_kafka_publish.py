@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import uuid
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -16,9 +15,9 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from schemas.records import EccSample, InvalidRecord, JobEvent, XidEvent
-from stream.inputs.parsers import parse_file
+from stream.inputs.files import LateRecord, MergedInputs
 from stream.inputs.parsers.options import ParseOptions
-from stream.kafka.codec import record_key
+from stream.kafka.codec import partition_for_key, record_key
 from tests.services import kafka
 from tests.services.kafka import consume
 
@@ -77,7 +76,10 @@ def test_init_kafka_creates_the_topics_once_with_their_configs(bootstrap, topics
     assert asyncio.run(topic_config(bootstrap, ecc))["retention.ms"] == "-1"
 
 
-def test_replay_to_kafka_publishes_every_record_keyed_with_its_event_time(bootstrap, topics_env, tmp_path):
+@pytest.mark.parametrize("per_message", [1, 256])
+def test_replay_to_kafka_publishes_every_record_in_its_key_partition_in_order(
+    bootstrap, topics_env, tmp_path, per_message
+):
     faultstream(topics_env, "init-kafka")
     bad = tmp_path / "node9.log"
     bad.write_bytes(
@@ -85,12 +87,12 @@ def test_replay_to_kafka_publishes_every_record_keyed_with_its_event_time(bootst
         b"2024-01-03T10:00:01+00:00 node9 kernel: NVRM: Xid (PCI:0000:07\n"
     )
     out = json.loads(faultstream(topics_env, "replay", *map(str, EXAMPLE), str(bad), "--to", f"kafka://{bootstrap}",
-                                 "--json", "--no-progress"))  # fmt: skip
-    expected: dict[type, list] = {XidEvent: [], EccSample: [], JobEvent: []}
-    for path in [*EXAMPLE, bad]:
-        for record in parse_file(path, ParseOptions(cluster="default")):
-            if not isinstance(record, InvalidRecord):
-                expected[type(record)].append(record)
+                                 "--json", "--no-progress", "--records-per-message", str(per_message)))  # fmt: skip
+    # The order records are published in: the event-time merge of the files.
+    published: dict[type, list] = {XidEvent: [], EccSample: [], JobEvent: []}
+    for item, _ in MergedInputs([*EXAMPLE, bad], ParseOptions(cluster="default"), None, 300_000):
+        if not isinstance(item, InvalidRecord | LateRecord):
+            published[type(item)].append(item)
     topic_of = {
         XidEvent: "FAULTSTREAM_TOPIC_XID",
         EccSample: "FAULTSTREAM_TOPIC_ECC",
@@ -98,20 +100,26 @@ def test_replay_to_kafka_publishes_every_record_keyed_with_its_event_time(bootst
     }
     for record_type, env_name in topic_of.items():
         topic = topics_env[env_name]
-        want = expected[record_type]
+        want = published[record_type]
         assert out["sent"][topic] == len(want)
         partitions = 1 if env_name == "FAULTSTREAM_TOPIC_JOBS" else 3  # jobs: one partition, in order
-        messages, _ = asyncio.run(consume(bootstrap, topic, partitions, len(want), timeout=60))
-        assert len(messages) == len(want)
-        decoded = [record_type.from_dict(json.loads(m.value)) for m in messages]
-        assert Counter(r.to_dict()["ts"] for r in decoded) == Counter(r.to_dict()["ts"] for r in want)
-        for message, record in zip(messages, decoded, strict=True):
-            assert message.key == record_key(record)
-            assert message.timestamp == record.ts_ms
-        partitions_of_key: dict[bytes, set[int]] = {}
+        messages, _ = asyncio.run(consume(bootstrap, topic, partitions, out["messages"][topic], timeout=60))
+        assert len(messages) == out["messages"][topic]
+        got_by_key: dict[bytes, list] = {}
         for message in messages:
-            partitions_of_key.setdefault(message.key, set()).add(message.partition)
-        assert all(len(parts) == 1 for parts in partitions_of_key.values())
+            records = [record_type.from_dict(json.loads(line)) for line in message.value.split(b"\n")]
+            assert 1 <= len(records) <= per_message
+            # A message: consecutive records of one partition, with its first record's key and time.
+            assert message.key == record_key(records[0]) and message.timestamp == records[0].ts_ms
+            for record in records:
+                assert partition_for_key(record_key(record), partitions) == message.partition
+                got_by_key.setdefault(record_key(record), []).append(record.to_dict())
+        want_by_key: dict[bytes, list] = {}
+        for record in want:
+            want_by_key.setdefault(record_key(record), []).append(record.to_dict())
+        assert got_by_key == want_by_key  # every record once, each key's records in publish order
+        if per_message > 1 and len(want) > per_message * partitions:
+            assert len(messages) < len(want) / 10
     letters, _ = asyncio.run(
         consume(bootstrap, topics_env["FAULTSTREAM_TOPIC_DEAD_LETTERS"], 1, 1, timeout=30)
     )
