@@ -1,0 +1,77 @@
+"""The wire contract of the input topics (pure logic: no broker)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import jsonschema
+
+from schemas.records import InvalidRecord, JobEvent, JobState, XidEvent
+from stream.inputs.files import LateRecord, MergedInputs
+from stream.inputs.parsers.options import ParseOptions
+from stream.kafka.codec import decode_message, encode_record, partition_for_key, record_key
+from stream.kafka.publish import MessageBatcher
+
+ROOT = Path(__file__).resolve().parents[4]
+SCHEMAS = ROOT / "schemas" / "jsonschema"
+EXAMPLE = sorted((ROOT / "examples" / "sim-48x14" / "logs").iterdir())
+KIND_OF_TOPIC = {"faultstream.xid": "xid", "faultstream.ecc": "ecc", "faultstream.jobs": "job"}
+
+
+def line_validators() -> dict[str, jsonschema.Validator]:
+    wire = json.loads((SCHEMAS / "wire_message.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(wire)
+    validators = {}
+    for topic, name in wire["x-faultstream-line-schemas"].items():
+        schema = json.loads((SCHEMAS / name).read_text())
+        validators[topic] = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
+    return validators
+
+
+def test_batched_messages_of_the_example_follow_the_wire_schema_and_decode_back() -> None:
+    validators = line_validators()
+    topic_of = {XidEvent: "faultstream.xid", JobEvent: "faultstream.jobs"}
+    partitions = {"faultstream.xid": 3, "faultstream.ecc": 3, "faultstream.jobs": 1}
+    batcher = MessageBatcher(partitions, records=64)
+    sent: dict[str, list[dict]] = {}
+    messages = []
+    inputs = MergedInputs(EXAMPLE, ParseOptions(cluster="default"), None, 300_000)
+    for item, _ in itertools.islice(inputs, 5000):
+        assert not isinstance(item, InvalidRecord | LateRecord)
+        topic = topic_of.get(type(item), "faultstream.ecc")
+        sent.setdefault(topic, []).append(item.to_dict())
+        if (message := batcher.add(topic, record_key(item), item.ts_ms, encode_record(item))) is not None:
+            messages.append(message)
+    messages += batcher.drain()
+    assert {m.topic for m in messages} == set(partitions) and max(m.records for m in messages) == 64
+    received: dict[str, list[dict]] = {}
+    for offset, message in enumerate(messages):
+        for line in message.value.split(b"\n"):
+            validators[message.topic].validate(json.loads(line))
+        for record in decode_message(KIND_OF_TOPIC[message.topic], message.value, "t/0", offset):
+            assert not isinstance(record, InvalidRecord)
+            assert partition_for_key(record_key(record), partitions[message.topic]) == message.partition
+            received.setdefault(message.topic, []).append(record.to_dict())
+    for topic, records in sent.items():
+        key = "job_id" if topic == "faultstream.jobs" else "node"
+        for name in {record[key] for record in records}:  # each key's records, all of them, in order
+            assert [r for r in received[topic] if r[key] == name] == [r for r in records if r[key] == name]
+
+
+def test_a_bad_line_is_its_own_dead_letter_and_spoils_nothing_around_it() -> None:
+    good = encode_record(JobEvent(ts_ms=0, cluster="c", job_id="1", state=JobState.RUNNING, nodes=("n1",)))
+    value = b"\n".join([good, b'{"ts": 0, "cluster": "c", "job_id": "2", "state": "SLEEPING"}', b"", good])
+    items = list(decode_message("job", value, "jobs/0", 41))
+    assert [type(i).__name__ for i in items] == ["JobEvent", "InvalidRecord", "JobEvent"]
+    bad = items[1]
+    assert isinstance(bad, InvalidRecord)
+    assert (bad.source, bad.location) == ("jobs/0", "offset 41 line 2")
+    assert bad.raw == b'{"ts": 0, "cluster": "c", "job_id": "2", "state": "SLEEPING"}'
+
+
+def test_an_empty_value_is_a_dead_letter_and_empty_lines_are_no_records() -> None:
+    [empty] = decode_message("xid", b"", "xid/0", 3)
+    assert isinstance(empty, InvalidRecord) and empty.location == "offset 3"
+    assert list(decode_message("xid", b"\n\n  \n", "xid/0", 4)) == []
