@@ -15,9 +15,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import lru_cache
 from typing import Any, Final
 
-from schemas.timeutil import format_ts, parse_ts
+from schemas.timeutil import format_ts, parse_iso_ts, parse_ts
 
 __all__ = [
     "ECC_COUNTERS",
@@ -60,11 +61,16 @@ _PCI_RE: Final = re.compile(
 )
 
 
+@lru_cache(maxsize=4096)
 def normalize_pci_bus_id(value: str) -> str:
     """Return the canonical ``dddd:bb:dd`` form of a PCI bus id, as the kernel log prints it.
 
     DCGM prints ``00000000:3B:00.0`` and the kernel ``PCI:0000:3b:00``; both name the same GPU,
     so detectors key GPUs by this canonical form.
+
+    Cached: a cluster has a handful of distinct bus ids (one per GPU slot of a board, each
+    spelled a few ways), and every ECC sample and most XID events carry one. A rejected value
+    raises each time (exceptions are not cached).
 
     >>> normalize_pci_bus_id("00000000:3B:00.0")
     '0000:3b:00'
@@ -141,6 +147,35 @@ def _drop_empty(data: dict[str, Any]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------
+# The fast path of ``from_dict``.
+#
+# Each ``from_dict`` first tries the common document: a ``dict`` (what ``orjson.loads`` returns)
+# whose fields have exactly their JSON types (``type(x) is int`` also keeps ``bool`` out). It
+# checks those inline, with no helper calls, and accepts only what ``_from_dict_checked`` (the
+# reference validator, unchanged) accepts, building the equal record. On any doubt it hands the
+# document to ``_from_dict_checked``, so every rejection, and its reason, comes from the same code
+# as before. tests/unit/schemas/test_records_fast.py holds the two paths to this.
+#
+# The record is built without the dataclass ``__init__``: a frozen dataclass stores each field
+# through ``object.__setattr__`` (its own ``__setattr__`` refuses), which cost more than all the
+# validation. Instead a mutable twin with the same ``__slots__`` is filled by plain attribute
+# stores and then given the record's class by ``__class__`` assignment, which Python allows
+# between classes of identical ``__slots__``. From then on it is an ordinary frozen record: same
+# type, fields, equality, hash and pickling.
+
+
+def _mutable_twin(cls: type) -> Any:
+    """A class with the ``__slots__`` of ``cls`` and nothing else, whose instances can become ``cls``.
+
+    Typed ``Any`` so that the fast paths may store the fields, which type checkers (rightly)
+    refuse on the frozen record itself.
+    """
+    return type(
+        f"_Mutable{cls.__name__}", (), {"__slots__": cls.__dict__["__slots__"], "__module__": __name__}
+    )
+
+
+# ---------------------------------------------------------------------------------------------
 # XID events
 
 
@@ -197,10 +232,27 @@ class XidEvent:
         return hashlib.sha1(key.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
     def to_dict(self) -> dict[str, Any]:
-        """Return the JSON form described by ``xid_event.schema.json``."""
+        """Return the JSON form described by ``xid_event.schema.json``, ``ts`` in ISO-8601.
+
+        >>> XidEvent(ts_ms=1705314225000, cluster="c", node="n1", xid=79).to_dict()
+        {'ts': '2024-01-15T10:23:45.000Z', 'cluster': 'c', 'node': 'n1', 'xid': 79}
+        """
+        out = self.to_wire()
+        out["ts"] = format_ts(self.ts_ms)
+        return out
+
+    def to_wire(self) -> dict[str, Any]:
+        """Return the wire form: the JSON form of :meth:`to_dict` with ``ts`` in epoch milliseconds.
+
+        The schema allows both forms and :meth:`from_dict` reads both; the integer saves the
+        decoder parsing a date, and the encoder formatting one.
+
+        >>> XidEvent(ts_ms=1705314225000, cluster="c", node="n1", xid=79).to_wire()
+        {'ts': 1705314225000, 'cluster': 'c', 'node': 'n1', 'xid': 79}
+        """
         return _drop_empty(
             {
-                "ts": format_ts(self.ts_ms),
+                "ts": self.ts_ms,
                 "cluster": self.cluster,
                 "node": self.node,
                 "xid": self.xid,
@@ -216,9 +268,67 @@ class XidEvent:
     def from_dict(cls, value: object, source: str = "") -> XidEvent:
         """Validate a decoded JSON object; raise :class:`InvalidRecord` naming the bad field.
 
+        ``ts`` may be an ISO-8601 string or integer epoch milliseconds.
+
         >>> XidEvent.from_dict({"ts": "2024-01-15T10:00:00Z", "cluster": "c", "node": "n1", "xid": 79}).xid
         79
         """
+        # The fast path (see "The fast path of from_dict" above); any doubt falls through.
+        if type(value) is dict and cls is XidEvent:
+            get = value.get
+            ts = get("ts")
+            cluster = get("cluster")
+            node = get("node")
+            xid = get("xid")
+            pci = get("pci_bus_id")
+            gpu = get("gpu")
+            pid = get("pid")
+            process = get("process")
+            message = get("message")
+            try:
+                ts_ms = ts if type(ts) is int else parse_iso_ts(ts) if type(ts) is str else None
+                pci_bus_id = (
+                    ""
+                    if pci is None or pci == ""
+                    else normalize_pci_bus_id(pci)
+                    if type(pci) is str
+                    else None
+                )
+            except ValueError:
+                ts_ms = pci_bus_id = None
+            if (
+                ts_ms is not None
+                and pci_bus_id is not None
+                and type(cluster) is str
+                and cluster.strip()
+                and type(node) is str
+                and node.strip()
+                and type(xid) is int
+                and xid >= 1
+                and (gpu is None or (type(gpu) is int and gpu >= 0))
+                and (pid is None or (type(pid) is int and pid >= 0))
+                and (process is None or type(process) is str)
+                and (message is None or type(message) is str)
+            ):
+                twin = _XID_TWIN()
+                twin.ts_ms = ts_ms
+                twin.cluster = cluster
+                twin.node = node
+                twin.xid = xid
+                twin.pci_bus_id = pci_bus_id
+                twin.gpu = gpu
+                twin.pid = pid
+                twin.process = process or ""
+                twin.message = message or ""
+                twin.source = source
+                twin.__class__ = XidEvent
+                event: XidEvent = twin
+                return event
+        return cls._from_dict_checked(value, source)
+
+    @classmethod
+    def _from_dict_checked(cls, value: object, source: str) -> XidEvent:
+        """The reference validator: every field through the helpers, in order; all rejections."""
         data = _mapping(value)
         xid = _int(data, "xid", minimum=1)
         assert xid is not None
@@ -234,6 +344,9 @@ class XidEvent:
             message=_str(data, "message", required=False),
             source=source,
         )
+
+
+_XID_TWIN: Final = _mutable_twin(XidEvent)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -280,10 +393,20 @@ class EccSample:
         return str(self.gpu) if self.gpu is not None else "?"
 
     def to_dict(self) -> dict[str, Any]:
-        """Return the JSON form described by ``ecc_sample.schema.json``."""
+        """Return the JSON form described by ``ecc_sample.schema.json``, ``ts`` in ISO-8601."""
+        out = self.to_wire()
+        out["ts"] = format_ts(self.ts_ms)
+        return out
+
+    def to_wire(self) -> dict[str, Any]:
+        """Return the wire form: the JSON form of :meth:`to_dict` with ``ts`` in epoch milliseconds.
+
+        >>> EccSample(ts_ms=0, cluster="c", node="n", gpu=0, counters={"dbe_volatile": 1}).to_wire()
+        {'ts': 0, 'cluster': 'c', 'node': 'n', 'gpu': 0, 'counters': {'dbe_volatile': 1}}
+        """
         out = _drop_empty(
             {
-                "ts": format_ts(self.ts_ms),
+                "ts": self.ts_ms,
                 "cluster": self.cluster,
                 "node": self.node,
                 "gpu": self.gpu,
@@ -297,10 +420,64 @@ class EccSample:
     def from_dict(cls, value: object, source: str = "") -> EccSample:
         """Validate a decoded JSON object; raise :class:`InvalidRecord` naming the bad field.
 
+        ``ts`` may be an ISO-8601 string or integer epoch milliseconds.
+
         >>> EccSample.from_dict({"ts": 0, "cluster": "c", "node": "n", "gpu": 0,
         ...                      "counters": {"dbe_volatile": 1}}).counters
         {'dbe_volatile': 1}
         """
+        # The fast path (see "The fast path of from_dict" above); any doubt falls through.
+        if type(value) is dict and cls is EccSample:
+            get = value.get
+            ts = get("ts")
+            cluster = get("cluster")
+            node = get("node")
+            gpu = get("gpu")
+            pci = get("pci_bus_id")
+            raw_counters = get("counters")
+            try:
+                ts_ms = ts if type(ts) is int else parse_iso_ts(ts) if type(ts) is str else None
+                pci_bus_id = (
+                    ""
+                    if pci is None or pci == ""
+                    else normalize_pci_bus_id(pci)
+                    if type(pci) is str
+                    else None
+                )
+            except ValueError:
+                ts_ms = pci_bus_id = None
+            if (
+                ts_ms is not None
+                and pci_bus_id is not None
+                and type(cluster) is str
+                and cluster.strip()
+                and type(node) is str
+                and node.strip()
+                and (gpu is None or (type(gpu) is int and gpu >= 0))
+                and (gpu is not None or pci_bus_id)
+                and type(raw_counters) is dict
+                and raw_counters.keys() <= _ECC_COUNTER_NAMES
+            ):
+                for count in raw_counters.values():
+                    if type(count) is not int or count < 0:
+                        break
+                else:
+                    twin = _ECC_TWIN()
+                    twin.ts_ms = ts_ms
+                    twin.cluster = cluster
+                    twin.node = node
+                    twin.gpu = gpu
+                    twin.pci_bus_id = pci_bus_id
+                    twin.counters = raw_counters.copy()  # the record owns its counters, as before
+                    twin.source = source
+                    twin.__class__ = EccSample
+                    sample: EccSample = twin
+                    return sample
+        return cls._from_dict_checked(value, source)
+
+    @classmethod
+    def _from_dict_checked(cls, value: object, source: str) -> EccSample:
+        """The reference validator: every field through the helpers, in order; all rejections."""
         data = _mapping(value)
         raw_counters = _require(data, "counters")
         if not isinstance(raw_counters, Mapping):
@@ -324,6 +501,10 @@ class EccSample:
         if sample.gpu is None and not sample.pci_bus_id:
             raise InvalidRecord("an ECC sample needs 'gpu' or 'pci_bus_id' to name its GPU")
         return sample
+
+
+_ECC_TWIN: Final = _mutable_twin(EccSample)
+_ECC_COUNTER_NAMES: Final = frozenset(ECC_COUNTERS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -377,16 +558,32 @@ class JobEvent:
     source: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        """Return the JSON form described by ``job_event.schema.json``."""
+        """Return the JSON form described by ``job_event.schema.json``, times in ISO-8601."""
+        out = self.to_wire()
+        out["ts"] = format_ts(self.ts_ms)
+        if self.start_ms is not None:
+            out["start"] = format_ts(self.start_ms)
+        if self.end_ms is not None:
+            out["end"] = format_ts(self.end_ms)
+        return out
+
+    def to_wire(self) -> dict[str, Any]:
+        """Return the wire form: the JSON form of :meth:`to_dict` with times in epoch milliseconds.
+
+        ``ts``, ``start`` and ``end`` are integers; an unknown ``start`` or ``end`` is left out.
+
+        >>> JobEvent(ts_ms=9, cluster="c", job_id="7", state=JobState.FAILED, end_ms=9).to_wire()
+        {'ts': 9, 'cluster': 'c', 'job_id': '7', 'state': 'FAILED', 'gpus': 0, 'end': 9, 'nodes': []}
+        """
         out = _drop_empty(
             {
-                "ts": format_ts(self.ts_ms),
+                "ts": self.ts_ms,
                 "cluster": self.cluster,
                 "job_id": self.job_id,
                 "state": self.state.value,
                 "gpus": self.gpus,
-                "start": format_ts(self.start_ms) if self.start_ms is not None else None,
-                "end": format_ts(self.end_ms) if self.end_ms is not None else None,
+                "start": self.start_ms,
+                "end": self.end_ms,
                 "exit_code": self.exit_code,
                 "name": self.name,
                 "user": self.user,
@@ -399,10 +596,70 @@ class JobEvent:
     def from_dict(cls, value: object, source: str = "") -> JobEvent:
         """Validate a decoded JSON object; raise :class:`InvalidRecord` naming the bad field.
 
+        ``ts``, ``start`` and ``end`` may be ISO-8601 strings or integer epoch milliseconds.
+
         >>> JobEvent.from_dict({"ts": 0, "cluster": "c", "job_id": "7", "state": "FAILED",
         ...                     "nodes": ["n1"], "gpus": 8}).state.may_be_hardware_failure
         True
         """
+        # The fast path (see "The fast path of from_dict" above); any doubt falls through.
+        if type(value) is dict and cls is JobEvent:
+            get = value.get
+            ts = get("ts")
+            cluster = get("cluster")
+            job_id = get("job_id")
+            state_name = get("state")
+            nodes = get("nodes", _MISSING)
+            gpus = get("gpus")
+            exit_code = get("exit_code")
+            name = get("name")
+            user = get("user")
+            try:
+                ts_ms = ts if type(ts) is int else parse_iso_ts(ts) if type(ts) is str else None
+                start_ms = _optional_ts(get("start"))
+                end_ms = _optional_ts(get("end"))
+            except ValueError:  # a bad time: the reference validator says which and why
+                ts_ms = None
+            if nodes is _MISSING:  # absent is no nodes; an explicit null is not a list: the reference
+                nodes = []
+            if (
+                ts_ms is not None
+                and type(cluster) is str
+                and cluster.strip()
+                and ((type(job_id) is str and job_id.strip()) or type(job_id) is int)
+                and type(state_name) is str
+                and state_name in _JOB_STATES
+                and type(nodes) is list
+                and (gpus is None or (type(gpus) is int and gpus >= 0))
+                and (exit_code is None or type(exit_code) is str)
+                and (name is None or type(name) is str)
+                and (user is None or type(user) is str)
+            ):
+                for node in nodes:
+                    if type(node) is not str or not node:
+                        break
+                else:
+                    twin = _JOB_TWIN()
+                    twin.ts_ms = ts_ms
+                    twin.cluster = cluster
+                    twin.job_id = job_id if type(job_id) is str else str(job_id)
+                    twin.state = _JOB_STATES[state_name]
+                    twin.nodes = tuple(nodes)
+                    twin.gpus = gpus or 0
+                    twin.start_ms = start_ms
+                    twin.end_ms = end_ms
+                    twin.exit_code = exit_code or ""
+                    twin.name = name or ""
+                    twin.user = user or ""
+                    twin.source = source
+                    twin.__class__ = JobEvent
+                    event: JobEvent = twin
+                    return event
+        return cls._from_dict_checked(value, source)
+
+    @classmethod
+    def _from_dict_checked(cls, value: object, source: str) -> JobEvent:
+        """The reference validator: every field through the helpers, in order; all rejections."""
         data = _mapping(value)
         state_name = _str(data, "state")
         try:
@@ -431,6 +688,30 @@ class JobEvent:
             user=_str(data, "user", required=False),
             source=source,
         )
+
+
+_JOB_TWIN: Final = _mutable_twin(JobEvent)
+#: The spellings of a state the fast path takes: each state's name and its lower case (the
+#: schema's enum). Others (``Failed``) the reference validator reads, through ``str.upper``.
+_JOB_STATES: Final[dict[str, JobState]] = {
+    **{state.value: state for state in JobState},
+    **{state.value.lower(): state for state in JobState},
+}
+#: ``get`` default telling an absent ``nodes`` (no nodes) from an explicit ``null`` (rejected).
+_MISSING: Final = object()
+
+
+def _optional_ts(value: object) -> int | None:
+    """An optional time for the fast path: None, epoch ms, or an ISO-8601 string parsed.
+
+    Raises ValueError for a string that is not a time and for any other type; the caller then
+    leaves the document to the reference validator, which says what is wrong.
+    """
+    if value is None or type(value) is int:
+        return value
+    if type(value) is str:
+        return parse_iso_ts(value)
+    raise ValueError("not a timestamp")
 
 
 #: Any input record: what parsers yield, topics carry and the detection core processes.

@@ -4,11 +4,34 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-__all__ = ["DAY_MS", "HOUR_MS", "MINUTE_MS", "format_ts", "parse_ts"]
+__all__ = ["DAY_MS", "HOUR_MS", "MINUTE_MS", "format_ts", "parse_iso_ts", "parse_ts"]
 
 MINUTE_MS = 60_000
 HOUR_MS = 3_600_000
 DAY_MS = 86_400_000
+
+
+def parse_iso_ts(value: str) -> int:
+    """Return epoch milliseconds from an ISO-8601 string; a string without an offset is UTC.
+
+    :func:`parse_ts` for a value known to be a string: the records' decoders call it directly
+    and skip the type dispatch.
+
+    Raises
+    ------
+    ValueError
+        ``not an ISO-8601 timestamp: ...`` when ``datetime.fromisoformat`` rejects the string.
+
+    >>> parse_iso_ts("2024-01-15T11:23:45.5+01:00")
+    1705314225500
+    """
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise ValueError(f"not an ISO-8601 timestamp: {value!r}") from exc
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return round(parsed.timestamp() * 1000)
 
 
 def parse_ts(value: object) -> int:
@@ -27,13 +50,7 @@ def parse_ts(value: object) -> int:
     if isinstance(value, int):
         return value
     if isinstance(value, str):
-        try:
-            parsed = datetime.fromisoformat(value)
-        except ValueError as exc:
-            raise ValueError(f"not an ISO-8601 timestamp: {value!r}") from exc
-        if parsed.tzinfo is None:
-            parsed = parsed.replace(tzinfo=UTC)
-        return round(parsed.timestamp() * 1000)
+        return parse_iso_ts(value)
     raise ValueError(f"timestamp must be an ISO-8601 string or epoch milliseconds, got {value!r}")
 
 

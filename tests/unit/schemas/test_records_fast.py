@@ -1,0 +1,221 @@
+"""The wire form (``to_wire``) and the fast path of ``from_dict``: same records, same rejections."""
+
+import copy
+import dataclasses
+import json
+import pickle
+import random
+from pathlib import Path
+
+import jsonschema
+import orjson
+import pytest
+
+from schemas.records import EccSample, InvalidRecord, JobEvent, JobState, XidEvent, normalize_pci_bus_id
+
+SCHEMAS = Path(__file__).resolve().parents[3] / "schemas" / "jsonschema"
+
+RECORDS = [
+    XidEvent(ts_ms=1705314225123, cluster="c", node="n1", xid=48, pci_bus_id="0000:3b:00", gpu=2, pid=7,
+             process="python", message="DBE"),
+    XidEvent(ts_ms=0, cluster="c", node="n1", xid=79),
+    EccSample(ts_ms=1705314225000, cluster="c", node="n1", gpu=1, pci_bus_id="0000:07:00",
+              counters={"sbe_volatile": 5, "remap_failure": 1}),
+    EccSample(ts_ms=-1, cluster="c", node="n1", pci_bus_id="0000:07:00"),
+    JobEvent(ts_ms=1705314225000, cluster="c", job_id="9_1", state=JobState.NODE_FAIL, nodes=("a", "b"),
+             gpus=16, start_ms=1705310000000, end_ms=1705314225000, exit_code="0:9", name="train", user="u"),
+    JobEvent(ts_ms=1705310000000, cluster="c", job_id="10", state=JobState.RUNNING, start_ms=1705310000000),
+]  # fmt: skip
+SCHEMA_OF = {XidEvent: "xid_event", EccSample: "ecc_sample", JobEvent: "job_event"}
+
+
+def _no_reference(monkeypatch, record_type):
+    """Make the reference validator fail the test: the document must be taken by the fast path."""
+
+    def refuse(value, source):
+        raise AssertionError(f"not on the fast path: {value!r}")
+
+    monkeypatch.setattr(record_type, "_from_dict_checked", refuse)
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=repr)
+def test_wire_form_round_trips_on_the_fast_path(record, monkeypatch):
+    record_type = type(record)
+    _no_reference(monkeypatch, record_type)
+    document = orjson.loads(orjson.dumps(record.to_wire()))
+    assert record_type.from_dict(document, record.source) == record
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=repr)
+def test_iso_form_round_trips_on_the_fast_path(record, monkeypatch):
+    record_type = type(record)
+    _no_reference(monkeypatch, record_type)
+    assert record_type.from_dict(orjson.loads(orjson.dumps(record.to_dict()))) == record
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=repr)
+def test_wire_form_is_the_json_form_with_integer_times(record):
+    wire, human = record.to_wire(), record.to_dict()
+    assert list(wire) == list(human)
+    times = {"ts": record.ts_ms}
+    if isinstance(record, JobEvent):
+        times.update(start=record.start_ms, end=record.end_ms)
+    for key in wire:
+        if key in times:
+            assert isinstance(wire[key], int) and wire[key] == times[key]
+            assert isinstance(human[key], str)
+        else:
+            assert wire[key] == human[key]
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=repr)
+def test_wire_form_satisfies_the_json_schema(record):
+    schema = json.loads((SCHEMAS / f"{SCHEMA_OF[type(record)]}.schema.json").read_text())
+    validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
+    validator.validate(record.to_wire())
+
+
+@pytest.mark.parametrize(
+    ("record_type", "document"),
+    [
+        (XidEvent, {"cluster": "c", "node": "n1", "xid": 79, "pci_bus_id": "00000000:3B:00.0", "gpu": 0}),
+        (EccSample, {"cluster": "c", "node": "n1", "gpu": 0, "counters": {"sbe_volatile": 3}}),
+        (JobEvent, {"cluster": "c", "job_id": 17, "state": "failed", "nodes": ["n1"], "gpus": 8}),
+    ],
+)  # fmt: skip
+def test_integer_and_iso_timestamps_decode_to_the_same_record(record_type, document):
+    iso = {"ts": "2024-01-15T10:23:45.123Z"}
+    integer = {"ts": 1705314225123}
+    if record_type is JobEvent:
+        iso |= {"start": "2024-01-15T09:23:45+00:00", "end": "2024-01-15T11:23:45.123+01:00"}
+        integer |= {"start": 1705310625000, "end": 1705314225123}
+    from_iso = record_type.from_dict(document | iso, "s")
+    from_integer = record_type.from_dict(document | integer, "s")
+    assert from_iso == from_integer
+    assert from_iso.ts_ms == 1705314225123
+
+
+@pytest.mark.parametrize(
+    ("record_type", "document", "reason"),
+    [
+        (XidEvent, {"ts": 1.5, "cluster": "c", "node": "n", "xid": 79},
+         "field 'ts': timestamp must be an ISO-8601 string or epoch milliseconds, got 1.5"),
+        (XidEvent, {"ts": True, "cluster": "c", "node": "n", "xid": 79},
+         "field 'ts': timestamp must be an ISO-8601 string or epoch milliseconds, got True"),
+        (XidEvent, {"ts": "yesterday", "cluster": "c", "node": "n", "xid": 79},
+         "field 'ts': not an ISO-8601 timestamp: 'yesterday'"),
+        (XidEvent, {"ts": 0, "cluster": "c", "xid": 79}, "missing required field 'node'"),
+        (XidEvent, {"ts": 0, "cluster": "c", "node": " ", "xid": 79}, "field 'node' must not be empty"),
+        (XidEvent, {"ts": 0, "cluster": "c", "node": "n", "xid": 79, "gpu": -1}, "field 'gpu' must be >= 0, got -1"),
+        (XidEvent, {"ts": 0, "cluster": "c", "node": "n", "xid": True},
+         "field 'xid' must be an integer, got bool"),
+        (XidEvent, {"ts": 0, "cluster": "c", "node": "n", "xid": 79, "pci_bus_id": "nonsense"},
+         "field 'pci_bus_id': not a PCI bus id: 'nonsense'"),
+        (EccSample, {"ts": 0, "cluster": "c", "node": "n", "gpu": -2, "counters": {}},
+         "field 'gpu' must be >= 0, got -2"),
+        (EccSample, {"ts": 0, "cluster": "c", "gpu": 0, "counters": {}}, "missing required field 'node'"),
+        (EccSample, {"ts": 0, "cluster": "c", "node": "n", "gpu": 0, "counters": [1, 2]},
+         "field 'counters' must be an object of counter name to integer"),
+        (EccSample, {"ts": 0, "cluster": "c", "node": "n", "gpu": 0, "counters": {"sbe_volatile": True}},
+         "ECC counter 'sbe_volatile' must be a non-negative integer, got True"),
+        (EccSample, {"ts": 0, "cluster": "c", "node": "n", "counters": {}},
+         "an ECC sample needs 'gpu' or 'pci_bus_id' to name its GPU"),
+        (EccSample, {"ts": [0], "cluster": "c", "node": "n", "gpu": 0, "counters": {}},
+         "field 'ts': timestamp must be an ISO-8601 string or epoch milliseconds, got [0]"),
+        (JobEvent, {"ts": 0, "cluster": "c", "job_id": "17", "state": "EXPLODED"},
+         "field 'state': unknown job state 'EXPLODED' (known: PENDING, RUNNING, COMPLETED, FAILED, NODE_FAIL, "
+         "TIMEOUT, CANCELLED, PREEMPTED, REQUEUED, OUT_OF_MEMORY)"),
+        (JobEvent, {"ts": 0, "cluster": "c", "job_id": "17", "state": "FAILED", "nodes": None},
+         "field 'nodes' must be a list of node names"),
+        (JobEvent, {"ts": 0, "cluster": "c", "job_id": True, "state": "FAILED"},
+         "field 'job_id' must be a string, got bool"),
+        (JobEvent, {"ts": 0, "cluster": "c", "job_id": "17", "state": "FAILED", "end": 1.0},
+         "field 'end': timestamp must be an ISO-8601 string or epoch milliseconds, got 1.0"),
+    ],
+)  # fmt: skip
+def test_malformed_documents_name_the_field(record_type, document, reason):
+    with pytest.raises(InvalidRecord) as caught:
+        record_type.from_dict(document)
+    assert caught.value.reason == reason
+
+
+def test_a_record_built_by_the_fast_path_is_an_ordinary_record():
+    built = XidEvent.from_dict(
+        {"ts": 5, "cluster": "c", "node": "n", "xid": 79, "pci_bus_id": "0000:07:00"}, "s"
+    )
+    constructed = XidEvent(ts_ms=5, cluster="c", node="n", xid=79, pci_bus_id="0000:07:00", source="s")
+    assert type(built) is XidEvent
+    assert built == constructed and hash(built) == hash(constructed) and repr(built) == repr(constructed)
+    assert pickle.loads(pickle.dumps(built)) == constructed
+    assert dataclasses.replace(built, xid=48).xid == 48
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built.xid = 48  # type: ignore[misc]
+
+
+def test_the_record_owns_its_counters():
+    counters = {"sbe_volatile": 1}
+    sample = EccSample.from_dict({"ts": 0, "cluster": "c", "node": "n", "gpu": 0, "counters": counters})
+    counters["sbe_volatile"] = 2
+    assert sample.counters == {"sbe_volatile": 1}
+
+
+def test_a_rejected_pci_bus_id_is_rejected_again():
+    for _ in range(2):  # the cache keeps results, never failures
+        with pytest.raises(ValueError, match="not a PCI bus id"):
+            normalize_pci_bus_id("nonsense")
+
+
+# A differential test: mutate valid documents at random and check that from_dict (fast path
+# first) and the reference validator alone agree on every one: the same record, or the same
+# rejection reason.
+
+BASES = {
+    XidEvent: {"ts": "2024-01-15T10:23:45.123Z", "cluster": "c", "node": "n1", "xid": 79,
+               "pci_bus_id": "00000000:3B:00.0", "gpu": 3, "pid": 12, "process": "python", "message": "m"},
+    EccSample: {"ts": 1705314225000, "cluster": "c", "node": "n", "gpu": 0, "pci_bus_id": "0000:07:00",
+                "counters": {"sbe_volatile": 3, "dbe_volatile": 0}},
+    JobEvent: {"ts": "2024-01-15T10:00:00Z", "cluster": "c", "job_id": "17", "state": "FAILED",
+               "nodes": ["n1", "n2"], "gpus": 16, "start": "2024-01-15T08:00:00Z", "end": 1705312800000,
+               "exit_code": "1:0", "name": "x", "user": "u"},
+}  # fmt: skip
+
+
+class _Str(str):
+    """A str subclass: valid for the reference validator, not the exact type the fast path takes."""
+
+
+MUTATIONS = [
+    None, 0, 1, -1, 79, True, False, 1.0, 1.5, "", " ", "\t", "\u3000", "x", " x ", "79", "FAILED", "failed",
+    "Failed", "node_fail", "NODE_FAIL ", "PCI:0000:3B:00", "nonsense", "2024-01-15T10:23:45.5+01:00",
+    "2024-02-30T00:00:00Z", "yesterday", [], ["n1"], [""], ["n1", 3], ("n1",), {}, {"sbe_volatile": 1},
+    {"bogus": 1}, {"sbe_volatile": -1}, {"sbe_volatile": True}, {"sbe_volatile": 1.0}, {3: 1}, 10**20,
+    _Str("n1"), _Str(""),
+]  # fmt: skip
+
+
+def _outcome(parse, document):
+    try:
+        record = parse(document, "s")
+    except InvalidRecord as exc:
+        return "rejected", exc.reason
+    return "accepted", type(record), dataclasses.astuple(record)
+
+
+@pytest.mark.parametrize("record_type", [XidEvent, EccSample, JobEvent], ids=lambda t: t.__name__)
+def test_fast_path_and_reference_agree_on_mutated_documents(record_type):
+    rng = random.Random(20240115)
+    base = BASES[record_type]
+    keys = [*base, "kind"]
+    outcomes = set()
+    for _ in range(3000):
+        document = copy.deepcopy(base)
+        for _ in range(rng.choice([0, 1, 1, 2, 3])):
+            key = rng.choice(keys)
+            if rng.random() < 0.15:
+                document.pop(key, None)
+            else:
+                document[key] = copy.deepcopy(rng.choice(MUTATIONS))
+        fast = _outcome(record_type.from_dict, document)
+        assert fast == _outcome(record_type._from_dict_checked, document), document
+        outcomes.add(fast[0])
+    assert outcomes == {"accepted", "rejected"}
