@@ -66,8 +66,9 @@ def partition_for_key(key: bytes, partitions: int) -> int:
 
 
 def encode_record(record: Record) -> bytes:
-    """The message value of one record."""
-    return orjson.dumps(record.to_dict())
+    """One record's line on the wire: its JSON document with times as integer epoch milliseconds
+    (the JSON Schemas allow ISO strings too; integers decode in a third of the time)."""
+    return orjson.dumps(record.to_wire())
 
 
 def decode_record(kind: str, value: bytes, source: str, location: str) -> Record:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 from faust.types import TP
 
@@ -103,6 +104,12 @@ class WorkerRuntime:
         self._topic_of = {kind: topic for topic, kind in topics.kinds.items()}
         self._rekeyed: dict[int, int] = {}  # jobs partition -> last offset whose copies were delivered
         self._rekeyed_committed: dict[int, int] = {}
+        #: End offsets of the input partitions, refreshed by the timer (Faust's highwater is only
+        #: known once a fetch returned).
+        self._ends: dict[Any, int] = {}
+        #: Whether the group has committed every message of the jobs topic (re-keyed everywhere).
+        self._jobs_rekeyed = False
+        self._admin: AIOKafkaAdminClient | None = None
         self._last_stall_check = time.monotonic()
         self._stalls: dict[Any, int] = {}  # partition -> stall checks in a row without a delivery
 
@@ -271,8 +278,11 @@ class WorkerRuntime:
         return state
 
     def _caught_up(self, topic: str, partition: int, last_offset: int) -> bool:
-        highwater = self.app.consumer.highwater(TP(topic, partition))
-        return highwater is None or last_offset + 1 >= highwater
+        """Whether ``last_offset`` is the partition's last: an end offset not known yet is not
+        reached (a partition not fetched yet is not idle, it is behind)."""
+        tp = TP(topic, partition)
+        ends = [end for end in (self._ends.get(tp), self.app.consumer.highwater(tp)) if end is not None]
+        return bool(ends) and last_offset + 1 >= max(ends)
 
     def _source_drained(self, partition: int, source: str) -> bool:
         """Whether the merge may treat a silent source as idle: nothing of it is left to read."""
@@ -282,21 +292,41 @@ class WorkerRuntime:
         topic = self._topic_of[source]
         if not self._caught_up(topic, partition, state.applied.get(topic, -1)):
             return False
-        if source == "job":  # its input is the re-keying of the jobs topic, in this worker at least
-            jobs = self.topics.jobs
-            # Faust keeps no public read position; its record of the committed offset covers a
-            # restart whose jobs were all re-keyed before (nothing is read, nothing is re-keyed).
-            committed = committed_offsets(self.app.consumer)
-            mine = [tp for tp in self.app.consumer.assignment() if tp.topic == jobs]
-            return all(
-                self._caught_up(
-                    jobs,
-                    tp.partition,
-                    max(self._rekeyed.get(tp.partition, -1), (committed.get(tp) or 0) - 1),
-                )
-                for tp in mine
-            )
+        if source == "job":
+            # Its input is the re-keying of the jobs topic, by whichever worker owns that: only
+            # once every jobs message was re-keyed can nothing more be on its way here.
+            return self._jobs_rekeyed
         return True
+
+    async def _refresh_progress(self) -> None:
+        """Learn how far the inputs go, for the merge's idle test: whether the group has committed
+        every message of the jobs topic (each is committed once its copies were delivered), then
+        — after that, so that those copies are counted — the end offsets of this worker's input
+        partitions."""
+        consumer = self.app.consumer
+        if self.app.rebalancing:
+            return
+        jobs = self.topics.jobs
+        jobs_partitions = [TP(jobs, p) for p in range(consumer.topic_partitions(jobs) or 1)]
+        inputs = [tp for tp in consumer.assignment() if tp.topic in self.topics.kinds]
+        try:
+            if self._admin is None:
+                admin = AIOKafkaAdminClient(bootstrap_servers=self.settings.kafka_bootstrap)
+                await admin.start()
+                self._admin = admin
+            committed = await self._admin.list_consumer_group_offsets(
+                self.settings.worker_app_id, partitions=jobs_partitions
+            )
+            jobs_ends = await consumer.highwaters(*jobs_partitions)
+            ends = await consumer.highwaters(*inputs) if inputs else {}
+        except (AssertionError, KafkaError) as exc:  # the assignment changed under the request
+            _log.info("input progress not refreshed: %r", exc)
+            return
+        done = {(tp.topic, tp.partition): meta.offset for tp, meta in committed.items()}
+        self._jobs_rekeyed = all(
+            done.get((tp.topic, tp.partition), -1) >= jobs_ends.get(tp, 0) for tp in jobs_partitions
+        )
+        self._ends.update(ends)
 
     # -- dead letters -----------------------------------------------------------------------
 
@@ -346,6 +376,7 @@ class WorkerRuntime:
         """Commit re-keyed jobs, read stalled partitions again, release what idle sources hold
         back, reach due commit points and refresh the gauges."""
         await self.commit_point.commit_rekeyed(self.topics.jobs, self._rekeyed, self._rekeyed_committed)
+        await self._refresh_progress()
         await self._watch_for_stalls()
         for state in list(self.partitions.values()):
             await self._release(state)
@@ -418,3 +449,5 @@ class WorkerRuntime:
     async def stop(self) -> None:
         if self.checkpoints_started:
             await self.checkpoints.stop()
+        if self._admin is not None:
+            await self._admin.close()
