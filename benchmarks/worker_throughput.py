@@ -1,163 +1,576 @@
-"""The Kafka worker's throughput next to a bare aiokafka consumer's, on the same topics, in one run.
+"""Kafka worker throughput next to the consumers it could be compared with, in records/s, one table.
 
-SPEC 6 target: the full pipeline (Kafka -> worker -> detectors -> ClickHouse + incidents topic)
-sustains at least 50% of the rate at which a bare aiokafka consumer that only decodes the JSON
-reads the same topics.
+    python benchmarks/worker_throughput.py --kafka 127.0.0.1:9092            # 100 nodes x 30 days, 3 runs
+    python benchmarks/worker_throughput.py --kafka HOST:PORT --nodes 200 --days 30 --runs 5 \\
+        --per-message 1,16,256 --partitions 1 --workdir /tmp/wbench
+    python benchmarks/worker_throughput.py --kafka HOST:PORT --smoke       # 8 nodes x 1 day, 1 run (CI)
 
-    python benchmarks/worker_throughput.py --kafka 127.0.0.1:9092 --workdir /tmp/wbench \\
-        --nodes 200 --days 30
+It simulates a cluster once (``faultstream simulate``; the inputs are kernel.log, sacct.txt and
+dcgm.prom) and, for each records-a-message setting of ``--per-message``, publishes it once to
+fresh topics (``faultstream replay --to --records-per-message N``), then times on those topics,
+each figure the median of ``--runs`` runs:
 
-It simulates a cluster, publishes it to fresh topics with `replay --to`, and times on those topics:
+1. a bare aiokafka consumer: assigns the xid, ecc and jobs partitions, reads them from the
+   beginning, splits every message value on ``b"\\n"`` and ``orjson.loads`` every non-empty line;
+2. a minimal quix-streams application (``benchmarks/quix_decode_only.py``; ``pip install -e
+   .[bench]``) doing the same in a fresh consumer group — what a Python team would pick instead
+   of Faust; the row says "not installed" when the package is missing;
+3. a Faust agent doing the same (``benchmarks/faust_decode_only.py``): Faust's own cost;
+4. ``faultstream worker``, with a fresh app id (consumer group), checkpoint, jobs-by-node,
+   incidents and dead-letter topics and store each run: timed from its launch until the group's
+   committed offsets reach the end offsets of xid, ecc, jobs and jobs-by-node, polled every
+   0.2 s through ONE admin client and ONE consumer (end offsets) that live for the whole benchmark;
+5. the embedded replay of the same files (``faultstream replay FILES --data-dir DIR --json``; no
+   Kafka): the whole command, and the replay's own ``seconds``.
 
-1. a bare aiokafka consumer reading and decoding every input message (the target's reference);
-2. a Faust agent that only decodes the JSON (what Faust's consumer costs before any of our work);
-3. `faultstream worker`, from its first committed offset to the last (start-up printed apart).
+How records are counted: a message value holds one or more newline-delimited records. Every row
+is in records/s of the same records: those of the xid, ecc and jobs topics as published (replay
+--to's ``sent``, checked against the lines found by reading the topics); the embedded replay's are
+the records it used (its ``events``, the same files). The worker also reads its own jobs-by-node
+copies of the jobs (one per partition holding a node of the job): internal traffic, reported
+apart (records/messages), never added to the records. For the worker's "steady" figure, the
+records its first commit covered are found from its committed offsets through a per-offset index
+of the records each message holds (built by one untimed read of the topics).
 
-The second figure is there because the first is out of any Faust app's reach on this machine:
-Faust hands each message to its agents through per-message asyncio tasks (mode's wait_first).
+Two figures a row: "launch" counts from the process launch (or the client's start) to the last
+record; "steady" from the first message received (bare consumer, quix, Faust), the first commit
+seen (worker; its first ``worker_flush_seconds`` are not in it) or the replay's own timing
+(embedded: reading, detection and ClickHouse writes without interpreter start-up and report).
+The ratios compare the worker with the embedded replay (target >= 0.8) and with the bare consumer
+(target >= 0.25, stretch 0.5), launch with launch and steady with steady.
+
+Progress goes to stderr, the table to stdout. Every topic the benchmark creates is deleted at the
+end; the work folder too unless ``--workdir`` was given.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
+import contextlib
+import importlib.metadata
+import importlib.util
+import json
+import logging
+import math
 import os
+import shutil
 import signal
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+CLI = [sys.executable, "-m", "stream.cli"]
+INPUTS = ("kernel.log", "sacct.txt", "dcgm.prom")
+TOPIC_SETTINGS = ("XID", "ECC", "JOBS", "JOBS_BY_NODE", "INCIDENTS", "DEAD_LETTERS", "CHECKPOINTS")
+#: Topics every worker run gets afresh (the worker writes them; a second run must not read the first's).
+PER_RUN_TOPICS = ("JOBS_BY_NODE", "INCIDENTS", "DEAD_LETTERS", "CHECKPOINTS")
+POLL_SECONDS = 0.2
+
+ROWS = {
+    "bare": "bare aiokafka consumer (split + orjson)",
+    "quix": "quix-streams app (split + orjson)",
+    "faust": "Faust decode-only agent (split + orjson)",
+    "worker": "faultstream worker",
+    "embedded": "embedded replay, same files (no Kafka)",
+}
 
 
-async def partitions_of(consumer: AIOKafkaConsumer, topics: list[str]) -> list[TopicPartition]:
-    cluster = await consumer._client.fetch_all_metadata()
-    return [TopicPartition(t, p) for t in topics for p in sorted(cluster.partitions_for_topic(t) or ())]
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
 
 
-async def bare_consume(bootstrap: str, topics: list[str]) -> tuple[int, float]:
+@dataclass(frozen=True)
+class Measurement:
+    """One run of one row: records/s from launch and in the steady part (NaN: not measurable)."""
+
+    launch: float
+    steady: float
+
+
+@dataclass
+class Published:
+    """One records-a-message setting's topics, what was published and the per-offset index."""
+
+    per_message: int
+    env: dict[str, str]
+    inputs: list[str]  # xid, ecc, jobs topics
+    sent: dict[str, int]
+    messages: dict[str, int]
+    index: dict[TopicPartition, tuple[list[int], list[int]]] = field(default_factory=dict)
+
+    @property
+    def records(self) -> int:
+        return sum(self.sent.values())
+
+    def records_before(self, tp: TopicPartition, offset: int) -> int:
+        """Records in the messages of ``tp`` before ``offset`` (a committed offset: the next to read)."""
+        offsets, cumulative = self.index.get(tp, ([], [0]))
+        return cumulative[bisect.bisect_left(offsets, offset)]
+
+
+@dataclass
+class Results:
+    """Every measurement, by row and records-a-message setting; a string says why a row has none."""
+
+    runs: dict[tuple[str, int], list[Measurement]] = field(default_factory=dict)
+    notes: dict[tuple[str, int], str] = field(default_factory=dict)
+    jobs_by_node: dict[int, tuple[int, int]] = field(default_factory=dict)  # records, messages
+
+    def add(self, row: str, per_message: int, measurement: Measurement) -> None:
+        self.runs.setdefault((row, per_message), []).append(measurement)
+
+    def median(self, row: str, per_message: int) -> Measurement | None:
+        runs = self.runs.get((row, per_message))
+        if not runs:
+            return None
+        return Measurement(_median([m.launch for m in runs]), _median([m.steady for m in runs]))
+
+
+def _median(values: Sequence[float]) -> float:
+    finite = [v for v in values if math.isfinite(v)]
+    return statistics.median(finite) if finite else math.nan
+
+
+def deployment_env(bootstrap: str, prefix: str, partitions: int) -> dict[str, str]:
+    """FAULTSTREAM_* variables naming ``prefix``-ed topics and consumer group."""
+    return {
+        **os.environ,
+        "FAULTSTREAM_KAFKA_BOOTSTRAP": bootstrap,
+        "FAULTSTREAM_TOPIC_PARTITIONS": str(partitions),
+        "FAULTSTREAM_WORKER_APP_ID": prefix,
+        "FAULTSTREAM_METRICS_PORT": "0",
+        **{f"FAULTSTREAM_TOPIC_{name}": f"{prefix}.{name.lower()}" for name in TOPIC_SETTINGS},
+    }
+
+
+def topics_of(env: dict[str, str], names: Sequence[str] = TOPIC_SETTINGS) -> list[str]:
+    return [env[f"FAULTSTREAM_TOPIC_{name}"] for name in names]
+
+
+def run_cli(args: list[str], env: dict[str, str]) -> str:
+    """Run a faultstream command; return its stdout (raise with its stderr if it fails)."""
+    done = subprocess.run([*CLI, *args], env=env, cwd=ROOT, capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise SystemExit(f"faultstream {args[0]} failed ({done.returncode}):\n{done.stderr[-4000:]}")
+    return done.stdout
+
+
+class Kafka:
+    """The benchmark's long-lived clients: an admin client (committed offsets of any group, topic
+    deletion) and a consumer without a group (end offsets, and reading topics)."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self.admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30_000)
+        self.offsets = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        self.created: list[str] = []
+
+    async def __aenter__(self) -> Kafka:
+        await self.admin.start()
+        await self.offsets.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.offsets.stop()
+        await self.admin.close()
+
+    async def partitions(self, topics: Sequence[str]) -> list[TopicPartition]:
+        described = await self.admin.describe_topics(list(topics))
+        found = {d["topic"]: sorted(p["partition"] for p in d["partitions"]) for d in described}
+        return [TopicPartition(t, p) for t in topics for p in found.get(t, [])]
+
+    async def end_offsets(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        return dict(await self.offsets.end_offsets(list(tps)))
+
+    async def committed(self, group: str) -> dict[TopicPartition, int]:
+        answer = await self.admin.list_consumer_group_offsets(group)
+        return {tp: meta.offset for tp, meta in answer.items() if meta.offset >= 0}
+
+    async def delete(self, topics: Sequence[str]) -> None:
+        for topic in topics:
+            with contextlib.suppress(Exception):  # absent, or already deleted
+                await self.admin.delete_topics([topic])
+
+
+async def read_index(
+    kafka: Kafka, topics: Sequence[str]
+) -> tuple[dict[TopicPartition, tuple[list[int], list[int]]], dict[str, int], dict[str, int]]:
+    """Read ``topics`` to their current end (untimed): per partition the offsets and the records
+    before each, and the records and messages per topic."""
+    tps = await kafka.partitions(topics)
+    ends = await kafka.end_offsets(tps)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=kafka.bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    index: dict[TopicPartition, tuple[list[int], list[int]]] = {tp: ([], [0]) for tp in tps}
+    records = dict.fromkeys(topics, 0)
+    messages = dict.fromkeys(topics, 0)
+    try:
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        left = {tp for tp in tps if ends[tp] > 0}
+        while left:
+            for tp, batch in (await consumer.getmany(timeout_ms=1000, max_records=10_000)).items():
+                offsets, cumulative = index[tp]
+                for message in batch:
+                    count = sum(1 for line in message.value.split(b"\n") if line.strip())
+                    offsets.append(message.offset)
+                    cumulative.append(cumulative[-1] + count)
+                    records[tp.topic] += count
+                    messages[tp.topic] += 1
+                    if message.offset + 1 >= ends[tp]:
+                        left.discard(tp)
+    finally:
+        await consumer.stop()
+    return index, records, messages
+
+
+async def bare_consumer(bootstrap: str, tps: list[TopicPartition], wanted: int) -> Measurement:
+    """Row 1: read and decode every record of ``tps`` from the beginning."""
+    launched = time.perf_counter()
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
     )
     await consumer.start()
     try:
-        tps = await partitions_of(consumer, topics)
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)
-        total = sum(ends.values())
-        seen = 0
-        started = time.perf_counter()
-        while seen < total:
+        records = 0
+        first = 0.0
+        deadline = time.monotonic() + 1800
+        loads = orjson.loads
+        while records < wanted:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"bare consumer: {records} of {wanted} records after 30 minutes")
             batches = await consumer.getmany(timeout_ms=1000, max_records=10_000)
-            for messages in batches.values():
-                for message in messages:
-                    orjson.loads(message.value)
-                seen += len(messages)
-        return seen, time.perf_counter() - started
+            if batches and not first:
+                first = time.perf_counter()
+            for batch in batches.values():
+                for message in batch:
+                    for line in message.value.split(b"\n"):
+                        if line:
+                            loads(line)
+                            records += 1
+        end = time.perf_counter()
     finally:
         await consumer.stop()
+    return Measurement(records / (end - launched), records / (end - first))
 
 
-async def committed(bootstrap: str, group: str, topics: list[str]) -> tuple[int, int]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
-    await consumer.start()
-    try:
-        tps = await partitions_of(consumer, topics)
-        ends = await consumer.end_offsets(tps)
-        done = 0
-        for tp in tps:
-            done += (await consumer.committed(tp)) or 0
-        return done, sum(ends.values())
-    finally:
-        await consumer.stop()
+def decode_app(
+    script: str, bootstrap: str, group: str, wanted: int, topics: Sequence[str], workdir: Path
+) -> Measurement:
+    """Rows 2 and 3: a decode-only app in a subprocess; it writes what it read to a result file."""
+    result = workdir / f"{group}.json"
+    logfile = workdir / "logs" / f"{group}.log"
+    launched = time.time()
+    with logfile.open("w") as out:
+        done = subprocess.run(
+            [sys.executable, str(HERE / script), bootstrap, group, str(wanted), str(result), *topics],
+            stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, timeout=1800, check=False,
+        )  # fmt: skip
+    if done.returncode or not result.exists():
+        tail = logfile.read_text(errors="replace")[-3000:]
+        raise SystemExit(f"{script} failed ({done.returncode}); its log {logfile} ends:\n{tail}")
+    data = json.loads(result.read_text())
+    if data["records"] != wanted:
+        raise SystemExit(f"{script}: decoded {data['records']} records, expected {wanted}")
+    return Measurement(wanted / (data["end"] - launched), wanted / (data["end"] - data["first"]))
 
 
-def main() -> int:
+async def worker_run(
+    kafka: Kafka, published: Published, run: int, workdir: Path, results: Results
+) -> Measurement:
+    """Row 4: one ``faultstream worker`` with its own group, internal topics and store."""
+    n = published.per_message
+    group = f"{published.env['FAULTSTREAM_WORKER_APP_ID']}-worker{run}"
+    env = {**published.env, "FAULTSTREAM_WORKER_APP_ID": group}
+    for name in PER_RUN_TOPICS:
+        env[f"FAULTSTREAM_TOPIC_{name}"] = f"{group}.{name.lower().replace('_', '-')}"
+    data_dir = workdir / f"worker-{n}-{run}"
+    env["FAULTSTREAM_DATA_DIR"] = str(data_dir)
+    kafka.created.extend(topics_of(env, PER_RUN_TOPICS))
+    run_cli(["init-kafka"], env)
+    inputs = await kafka.partitions(published.inputs)
+    jobs_by_node = await kafka.partitions([env["FAULTSTREAM_TOPIC_JOBS_BY_NODE"]])
+    input_ends = await kafka.end_offsets(inputs)
+    total = published.records
+    logfile = workdir / "logs" / f"{group}.log"
+    with logfile.open("w") as out:
+        launched = time.perf_counter()
+        worker = subprocess.Popen([*CLI, "worker", "--clickhouse", f"chdb://{data_dir / 'store'}"],
+                                  env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+        first: tuple[float, int] | None = None
+        try:
+            deadline = time.monotonic() + 3600
+            while True:
+                await asyncio.sleep(POLL_SECONDS)
+                committed = await kafka.committed(group)
+                now = time.perf_counter()
+                done = sum(published.records_before(tp, committed.get(tp, 0)) for tp in inputs)
+                if first is None and any(committed.get(tp, 0) for tp in inputs):
+                    first = (now, done)
+                if all(committed.get(tp, 0) >= input_ends[tp] for tp in inputs):
+                    ends = await kafka.end_offsets(jobs_by_node)  # final once every job is committed
+                    if all(committed.get(tp, 0) >= ends[tp] for tp in jobs_by_node):
+                        break
+                if worker.poll() is not None:
+                    raise SystemExit(f"the worker exited ({worker.returncode}) early: see {logfile}")
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"the worker did not catch up within an hour: see {logfile}")
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            try:
+                worker.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                worker.wait()
+    assert first is not None
+    start_at, done_at_first = first
+    steady = (total - done_at_first) / (now - start_at) if now > start_at else math.nan
+    _, jbn_records, jbn_messages = await read_index(kafka, [env["FAULTSTREAM_TOPIC_JOBS_BY_NODE"]])
+    results.jobs_by_node[n] = (sum(jbn_records.values()), sum(jbn_messages.values()))
+    log(
+        f"  worker run {run}: {now - launched:.1f} s from launch, first commit at "
+        f"{start_at - launched:.1f} s covering {done_at_first:,} records; jobs-by-node copies "
+        f"{results.jobs_by_node[n][0]:,} records in {results.jobs_by_node[n][1]:,} messages"
+    )
+    await kafka.delete(topics_of(env, PER_RUN_TOPICS))
+    shutil.rmtree(data_dir, ignore_errors=True)
+    return Measurement(total / (now - launched), steady)
+
+
+def embedded_run(files: list[Path], workdir: Path, run: int) -> tuple[Measurement, int]:
+    """Row 5: the embedded replay of the same files, the whole command timed."""
+    data_dir = workdir / f"embedded-{run}"
+    env = {**os.environ, "FAULTSTREAM_METRICS_PORT": "0"}
+    launched = time.perf_counter()
+    out = run_cli(["replay", *map(str, files), "--data-dir", str(data_dir), "--no-progress", "--json"], env)
+    elapsed = time.perf_counter() - launched
+    summary = json.loads(out)
+    shutil.rmtree(data_dir, ignore_errors=True)
+    events = int(summary["events"])
+    return Measurement(events / elapsed, events / summary["seconds"]), events
+
+
+def quix_version() -> str | None:
+    if importlib.util.find_spec("quixstreams") is None:
+        return None
+    return importlib.metadata.version("quixstreams")
+
+
+async def publish(kafka: Kafka, args: argparse.Namespace, files: list[Path], per_message: int) -> Published:
+    prefix = f"bench{uuid.uuid4().hex[:6]}-m{per_message}"
+    env = deployment_env(args.kafka, prefix, args.partitions)
+    kafka.created.extend(topics_of(env))
+    run_cli(["init-kafka"], env)
+    out = run_cli(
+        ["replay", *map(str, files), "--to", f"kafka://{args.kafka}", "--records-per-message",
+         str(per_message), "--no-progress", "--json"],
+        env,
+    )  # fmt: skip
+    summary = json.loads(out)
+    inputs = topics_of(env, ("XID", "ECC", "JOBS"))
+    published = Published(per_message, env, inputs, summary["sent"], summary["messages"])
+    index, records, messages = await read_index(kafka, inputs)
+    published.index = index
+    if records != {t: published.sent.get(t, 0) for t in inputs}:
+        raise SystemExit(f"records read {records} differ from records sent {published.sent}")
+    if messages != {t: published.messages.get(t, 0) for t in inputs}:
+        raise SystemExit(f"messages read {messages} differ from messages sent {published.messages}")
+    if summary.get("dead_letters"):
+        log(f"  note: {summary['dead_letters']} dead letters while publishing (not counted)")
+    return published
+
+
+async def measure(args: argparse.Namespace, files: list[Path], workdir: Path) -> tuple[Results, dict]:
+    results = Results()
+    facts: dict = {"quix": quix_version(), "load": [os.getloadavg()[0]]}
+    log(f"embedded replay x{args.runs} ...")
+    for run in range(args.runs):
+        measurement, events = embedded_run(files, workdir, run)
+        facts["embedded_records"] = events
+        log(f"  run {run}: {measurement.launch:,.0f} records/s whole command, {measurement.steady:,.0f} own")
+        for n in args.per_message:
+            results.add("embedded", n, measurement)
+    async with Kafka(args.kafka) as kafka:
+        try:
+            for n in args.per_message:
+                log(f"publishing at {n} records a message ...")
+                published = await publish(kafka, args, files, n)
+                facts.setdefault("published", {})[n] = published
+                log(f"  {published.records:,} records in {sum(published.messages.values()):,} messages")
+                tps = await kafka.partitions(published.inputs)
+                for run in range(args.runs):
+                    m = await bare_consumer(args.kafka, tps, published.records)
+                    log(f"  bare consumer run {run}: {m.launch:,.0f} / {m.steady:,.0f} records/s")
+                    results.add("bare", n, m)
+                if facts["quix"] is None:
+                    results.notes[("quix", n)] = "not installed (pip install -e .[bench])"
+                else:
+                    for run in range(args.runs):
+                        group = f"{published.env['FAULTSTREAM_WORKER_APP_ID']}-quix{run}"
+                        m = decode_app("quix_decode_only.py", args.kafka, group, published.records,
+                                       published.inputs, workdir)  # fmt: skip
+                        log(f"  quix-streams run {run}: {m.launch:,.0f} / {m.steady:,.0f} records/s")
+                        results.add("quix", n, m)
+                for run in range(args.runs):
+                    group = f"{published.env['FAULTSTREAM_WORKER_APP_ID']}-faust{run}"
+                    m = decode_app("faust_decode_only.py", args.kafka, group, published.records,
+                                   published.inputs, workdir)  # fmt: skip
+                    log(f"  Faust decode-only run {run}: {m.launch:,.0f} / {m.steady:,.0f} records/s")
+                    results.add("faust", n, m)
+                for run in range(args.runs):
+                    m = await worker_run(kafka, published, run, workdir, results)
+                    log(f"  worker run {run}: {m.launch:,.0f} / {m.steady:,.0f} records/s")
+                    results.add("worker", n, m)
+        finally:
+            facts["load"].append(os.getloadavg()[0])
+            log(f"deleting {len(kafka.created)} topics")
+            await kafka.delete(kafka.created)
+    return results, facts
+
+
+def _setting(per_message: int) -> str:
+    return "1 record a message" if per_message == 1 else f"{per_message} records a message"
+
+
+def _ratio(value: float) -> str:
+    return "n/a" if not math.isfinite(value) else f"{value:.3g}"
+
+
+def _num(value: float, digits: int = 0) -> str:
+    return "n/a" if not math.isfinite(value) else f"{value:,.{digits}f}"
+
+
+def render(args: argparse.Namespace, results: Results, facts: dict) -> str:
+    settings = args.per_message
+    published: dict[int, Published] = facts["published"]
+    label_width = 52
+    cell_width = 26
+    lines = []
+    first = published[settings[0]]
+    parts = " + ".join(f"{t.rsplit('.', 1)[1]} {first.sent.get(t, 0):,}" for t in first.inputs)
+    lines.append(
+        f"faultstream worker throughput: {args.nodes} nodes x {args.days:g} days, {args.partitions} "
+        f"partition(s), records/s, median of {args.runs} run(s)"
+    )
+    embedded = facts["embedded_records"]
+    lines.append(f"records a run: {first.records:,} = {parts} (embedded replay: {embedded:,})")
+    load = " / ".join(f"{x:.1f}" for x in facts["load"])
+    lines.append(f"machine: {os.cpu_count()} CPUs, load average (1 min) at start / end: {load}")
+    lines.append("")
+    head = "".join(f"{_setting(n):>{cell_width}}" for n in settings)
+    sub = "".join(f"{'launch':>13}{'steady':>13}" for _ in settings)
+    lines.append(f"{'':<{label_width}}{head}")
+    lines.append(f"{'records/s':<{label_width}}{sub}")
+    medians: dict[tuple[str, int], Measurement | None] = {}
+    for row, label in ROWS.items():
+        if row == "quix" and facts["quix"]:
+            label = f"quix-streams {facts['quix']} app (split + orjson)"
+        cells = []
+        for n in settings:
+            medians[row, n] = m = results.median(row, n)
+            if m is None:
+                note = results.notes.get((row, n), "not run")
+                cells.append(f"{note[: cell_width - 2]:>{cell_width}}")
+            else:
+                cells.append(f"{_num(m.launch):>13}{_num(m.steady):>13}")
+        lines.append(f"{label:<{label_width}}{''.join(cells)}")
+    lines.append("")
+    for row, other, label in (
+        ("worker", "embedded", "ratio worker / embedded replay (target >= 0.8)"),
+        ("worker", "bare", "ratio worker / bare consumer (>= 0.25, stretch 0.5)"),
+    ):
+        cells = []
+        for n in settings:
+            a, b = medians[row, n], medians[other, n]
+            if a is None or b is None:
+                cells.append(f"{'n/a':>{cell_width}}")
+            else:
+                cells.append(f"{_ratio(a.launch / b.launch):>13}{_ratio(a.steady / b.steady):>13}")
+        lines.append(f"{label:<{label_width}}{''.join(cells)}")
+    lines.append("")
+    cells = []
+    for n in settings:
+        p = published[n]
+        counts = " / ".join(f"{p.messages.get(t, 0):,}" for t in p.inputs)
+        cells.append(f"{counts:>{cell_width}}")
+    lines.append(f"{'messages xid / ecc / jobs':<{label_width}}{''.join(cells)}")
+    cells = []
+    for n in settings:
+        records, messages = results.jobs_by_node.get(n, (0, 0))
+        cells.append(f"{f'{records:,} / {messages:,}':>{cell_width}}")
+    lines.append(f"{'jobs-by-node copies, records / messages (apart)':<{label_width}}{''.join(cells)}")
+    lines.append("")
+    lines.append(
+        "launch: from process launch (bare consumer: client start) to the last record; steady: from the "
+        "first message (worker: first commit; embedded: the replay's own seconds)."
+    )
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--kafka", required=True)
-    parser.add_argument("--workdir", type=Path, required=True)
-    parser.add_argument("--nodes", type=int, default=200)
+    parser.add_argument(
+        "--kafka",
+        default=os.environ.get("FAULTSTREAM_KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
+        help="bootstrap HOST:PORT (default FAULTSTREAM_KAFKA_BOOTSTRAP or 127.0.0.1:9092)",
+    )
+    parser.add_argument(
+        "--workdir", type=Path, help="simulation, stores and logs (default: a temp folder, removed)"
+    )
+    parser.add_argument("--nodes", type=int, default=100)
     parser.add_argument("--days", type=float, default=30)
-    parser.add_argument("--partitions", type=int, default=1)
-    args = parser.parse_args()
-    prefix = f"bench{uuid.uuid4().hex[:6]}"
-    env = {
-        **os.environ,
-        "FAULTSTREAM_KAFKA_BOOTSTRAP": args.kafka,
-        "FAULTSTREAM_TOPIC_XID": f"{prefix}.xid",
-        "FAULTSTREAM_TOPIC_ECC": f"{prefix}.ecc",
-        "FAULTSTREAM_TOPIC_JOBS": f"{prefix}.jobs",
-        "FAULTSTREAM_TOPIC_JOBS_BY_NODE": f"{prefix}.jobs-by-node",
-        "FAULTSTREAM_TOPIC_INCIDENTS": f"{prefix}.incidents",
-        "FAULTSTREAM_TOPIC_DEAD_LETTERS": f"{prefix}.dead-letters",
-        "FAULTSTREAM_TOPIC_CHECKPOINTS": f"{prefix}.checkpoints",
-        "FAULTSTREAM_METRICS_PORT": "0",
-        "FAULTSTREAM_TOPIC_PARTITIONS": str(args.partitions),
-        "FAULTSTREAM_WORKER_APP_ID": prefix,
-        "FAULTSTREAM_DATA_DIR": str(args.workdir / "worker-data"),
-    }
-    cli = [sys.executable, "-m", "stream.cli"]
-    sim = args.workdir / "sim"
-    simulate = [*cli, "simulate", "--nodes", str(args.nodes), "--days", str(args.days), "--out", str(sim)]
-    subprocess.run(simulate, check=True, env=env, stdout=subprocess.DEVNULL)
-    subprocess.run([*cli, "init-kafka"], check=True, env=env, stdout=subprocess.DEVNULL)
-    inputs = [sim / name for name in ("kernel.log", "sacct.txt", "dcgm.prom")]
-    subprocess.run([*cli, "replay", *map(str, inputs), "--to", f"kafka://{args.kafka}", "--no-progress"],
-                   check=True, env=env)  # fmt: skip
-    topics = [env["FAULTSTREAM_TOPIC_XID"], env["FAULTSTREAM_TOPIC_ECC"], env["FAULTSTREAM_TOPIC_JOBS"]]
-    count, seconds = asyncio.run(bare_consume(args.kafka, topics))
-    bare_rate = count / seconds
-    print(f"bare aiokafka consumer + JSON decode: {count:,} messages in {seconds:.2f} s = {bare_rate:,.0f}/s")
-    result_file = args.workdir / "faust-decode-only.txt"
-    subprocess.run(
-        [sys.executable, str(Path(__file__).with_name("faust_decode_only.py")), args.kafka, f"{prefix}-noop",
-         str(count), str(result_file), *topics],
-        check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=1800,
-    )  # fmt: skip
-    faust_count, faust_seconds = (float(x) for x in result_file.read_text().split())
-    faust_rate = faust_count / faust_seconds
-    print(f"Faust agent + JSON decode: {faust_count:,.0f} in {faust_seconds:.2f} s = {faust_rate:,.0f}/s")
+    parser.add_argument("--runs", type=int, default=3, help="runs a row; the table shows the median")
+    parser.add_argument("--per-message", default="1,256", help="records-a-message settings, comma-separated")
+    parser.add_argument("--partitions", type=int, default=1, help="partitions of xid, ecc, jobs-by-node")
+    parser.add_argument("--smoke", action="store_true", help="tiny run for CI: 8 nodes x 1 day, 1 run")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.nodes, args.days, args.runs = 8, 1.0, 1
+    args.per_message = [int(part) for part in args.per_message.split(",") if part.strip()]
+    if not args.per_message or min(args.per_message) < 1 or args.runs < 1:
+        parser.error("--per-message needs numbers >= 1 and --runs at least 1")
+    return args
 
-    store = args.workdir / "store"
-    launched = time.perf_counter()
-    worker = subprocess.Popen([*cli, "worker", "--clickhouse", f"chdb://{store}"], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    all_topics = [*topics, env["FAULTSTREAM_TOPIC_JOBS_BY_NODE"]]
-    first_progress = None
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    # The long-lived clients warn about the benchmark's own deleted topics still in their metadata.
+    logging.basicConfig(level=logging.ERROR)
+    logging.getLogger("aiokafka.cluster").setLevel(logging.CRITICAL)
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="worker-throughput-"))
+    workdir = workdir.resolve()
+    (workdir / "logs").mkdir(parents=True, exist_ok=True)
     try:
-        while True:
-            done, total = asyncio.run(committed(args.kafka, prefix, all_topics))
-            now = time.perf_counter()
-            if done and first_progress is None:
-                first_progress = (now, done)
-            if done >= total:
-                break
-            if worker.poll() is not None:
-                raise SystemExit("the worker exited early")
-            time.sleep(0.5)
+        sim = workdir / "sim"
+        log(f"simulating {args.nodes} nodes x {args.days:g} days into {sim} ...")
+        run_cli(["simulate", "--nodes", str(args.nodes), "--days", str(args.days), "--out", str(sim)],
+                dict(os.environ))  # fmt: skip
+        files = [sim / name for name in INPUTS]
+        results, facts = asyncio.run(measure(args, files, workdir))
+        print(render(args, results, facts), flush=True)
     finally:
-        worker.send_signal(signal.SIGTERM)
-        worker.wait(timeout=60)
-    assert first_progress is not None
-    start_at, done_at_start = first_progress
-    steady = (total - done_at_start) / max(now - start_at, 1e-9)
-    overall = total / (now - launched)
-    print(
-        f"worker: {total:,} input offsets (incl. jobs-by-node) committed; {now - launched:.1f} s from launch "
-        f"({overall:,.0f}/s), {now - start_at:.1f} s from its first commit ({steady:,.0f}/s)"
-    )
-    print(
-        f"ratio worker/bare aiokafka = {steady / bare_rate:.3f} from first commit, "
-        f"{overall / bare_rate:.3f} from launch (SPEC target >= 0.5)"
-    )
-    print(f"ratio worker/Faust decode-only agent = {steady / faust_rate:.2f} from first commit")
-    print(f"ratio Faust decode-only agent/bare aiokafka = {faust_rate / bare_rate:.3f} (Faust's own ceiling)")
+        if args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
     return 0
 
 

@@ -1,0 +1,80 @@
+"""The benchmark scripts run end to end (``--smoke``: tiny inputs) against the test broker and print
+their tables with every row filled. No speed is asserted: only that each figure is there and > 0."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+NUMBER = re.compile(r"^-?[\d,]+(?:\.\d+)?$")
+
+
+def run_benchmark(script: str, bootstrap: str, tmp_path: Path) -> str:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), "--kafka", bootstrap, "--smoke",
+         "--workdir", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, f"{script} failed:\n{done.stderr[-4000:]}"
+    return done.stdout
+
+
+def cells(table: str, label: str) -> list[str]:
+    """The cells after ``label`` on the table's row that starts with it (cells: 2+ spaces apart)."""
+    rows = [re.split(r"\s{2,}", line.strip()) for line in table.splitlines()]
+    found = [row[1:] for row in rows if row and row[0].startswith(label) and len(row) > 1]
+    assert len(found) == 1, f"no single row {label!r} in:\n{table}"
+    return found[0]
+
+
+def number(cell: str) -> float:
+    assert NUMBER.match(cell), f"not a number: {cell!r}"
+    return float(cell.replace(",", ""))
+
+
+def test_worker_throughput_smoke(bootstrap: str, tmp_path: Path) -> None:
+    table = run_benchmark("worker_throughput.py", bootstrap, tmp_path)
+    assert "1 record a message" in table and "256 records a message" in table
+    for label in (
+        "bare aiokafka consumer",
+        "Faust decode-only agent",
+        "faultstream worker",
+        "embedded replay",
+    ):
+        values = cells(table, label)
+        assert len(values) == 4, (label, values)  # launch and steady, at 1 and at 256 records a message
+        launch_1, steady_1, launch_256, steady_256 = values
+        assert number(launch_1) > 0 and number(launch_256) > 0, (label, values)
+        for steady in (steady_1, steady_256):  # a worker done at its first commit has no steady part
+            assert steady == "n/a" or number(steady) > 0, (label, values)
+    quix = cells(table, "quix-streams")
+    assert quix[0].startswith("not installed") or all(number(v) > 0 for v in quix), quix
+    for label in ("ratio worker / embedded replay", "ratio worker / bare consumer"):
+        values = cells(table, label)
+        assert len(values) == 4 and number(values[0]) > 0 and number(values[2]) > 0, (label, values)
+    messages = cells(table, "messages xid / ecc / jobs")
+    assert len(messages) == 2
+    single, batched = ([number(n) for n in cell.split(" / ")] for cell in messages)
+    assert all(n > 0 for n in single) and all(0 < b <= s for b, s in zip(batched, single, strict=True))
+    copies = cells(table, "jobs-by-node copies")
+    assert all(number(n) > 0 for cell in copies for n in cell.split(" / ")), copies
+
+
+def test_latency_smoke(bootstrap: str, tmp_path: Path) -> None:
+    table = run_benchmark("latency.py", bootstrap, tmp_path)
+    assert "FAULTSTREAM_WORKER_FLUSH_SECONDS=" in table and "row is in ClickHouse" in table
+    # The row of the smoke's one rate, 200 records/s: the cells after the rate.
+    actual, seconds, records, messages, planted, matched, p50, p90, p99, top, lag, caught = cells(
+        table, "200"
+    )
+    for value in (actual, seconds, records, messages, planted, matched, p50, p90, p99, top):
+        assert number(value) > 0, table
+    assert number(lag) >= 0, table
+    assert caught == "n/a" or number(caught) >= 0, table  # n/a: not caught up within the drain time
