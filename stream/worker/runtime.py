@@ -322,9 +322,10 @@ class WorkerRuntime:
         except (AssertionError, KafkaError) as exc:  # the assignment changed under the request
             _log.info("input progress not refreshed: %r", exc)
             return
-        done = {(tp.topic, tp.partition): meta.offset for tp, meta in committed.items()}
+        # A partition without a committed offset says -1: nothing re-keyed, done if it is empty.
+        done = {(tp.topic, tp.partition): max(meta.offset, 0) for tp, meta in committed.items()}
         self._jobs_rekeyed = all(
-            done.get((tp.topic, tp.partition), -1) >= jobs_ends.get(tp, 0) for tp in jobs_partitions
+            done.get((tp.topic, tp.partition), 0) >= jobs_ends.get(tp, 0) for tp in jobs_partitions
         )
         self._ends.update(ends)
 
