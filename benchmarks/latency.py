@@ -539,6 +539,15 @@ def render(args: argparse.Namespace, outcomes: list[Outcome]) -> str:
             f"{_num(o.caught_up_after, 1):>13}"
         )
     lines.append("")
+    for o in outcomes:
+        kept = "kept" if o.actual >= 0.99 * o.rate else f"did NOT keep ({o.actual / o.rate:.0%} of it)"
+        after = (
+            f"{o.caught_up_after:.1f} s later" if math.isfinite(o.caught_up_after) else "not within --drain"
+        )
+        lines.append(
+            f"at {o.rate:,}/s: the producer {kept} its rate; the worker's lag when it stopped: "
+            f"{o.lag_messages:,} messages, all committed {after}"
+        )
     lines.append("target: p99 < 1,000 ms at 5,000 records/s sustained for 300 s (one worker)")
     return "\n".join(lines)
 
