@@ -32,8 +32,11 @@ from another process while the worker holds it, so that is not checked separatel
 Records are counted as records (lines), not messages. The table gives per rate: the target and
 actual producer rate over the measured window (warm-up excluded), records and messages sent,
 plants and matches, latency p50/p90/p99/max in ms, the worker's lag (messages past its committed
-offsets on xid, ecc, jobs, jobs-by-node) when the producer stopped, and how long it then took to
-commit everything. Progress goes to stderr, the table to stdout. Topics are deleted at the end.
+offsets on xid, ecc, jobs, jobs-by-node) at the end of the window, and how long after the producer
+stopped the worker had committed everything. After the window the stream goes on for ``--tail``
+seconds without plants (or until every plant's incident came): a plant at the very end of a
+stream that then stops waits for the sources to turn idle, which a live stream never makes it do.
+Progress goes to stderr, the table to stdout. Topics are deleted at the end.
 """
 
 from __future__ import annotations
@@ -310,7 +313,7 @@ class Producer:
                     next_due[stream] += every[stream]
                     due -= 1
                     made += 1
-            while due > 0 and next_due["plant"] <= now_mono:
+            while due > 0 and self.planting and next_due["plant"] <= now_mono:
                 item, plant = self.fleet.plant(ts_ms)
                 add(item)
                 planted.append(plant)
@@ -458,8 +461,7 @@ async def measure_rate(args: argparse.Namespace, rate: int, workdir: Path) -> Ou
                 lag, _ = await offsets.lag(prefix, inputs)
                 seen = f"{done}/{len(by_gpu)} plants seen"
                 log(f"  {producer.records:,} records sent; {seen}; lag {lag:,} messages")
-        producer.stopped = True
-        await producing
+        producer.planting = False
         assert producer.window is not None
         window_start, records_at, messages_at = producer.window
         outcome.seconds = time.monotonic() - window_start
@@ -467,8 +469,17 @@ async def measure_rate(args: argparse.Namespace, rate: int, workdir: Path) -> Ou
         outcome.messages = producer.messages - messages_at
         outcome.actual = outcome.records / outcome.seconds
         outcome.plants = producer.plants
-        stopped = time.monotonic()
         outcome.lag_messages, _ = await offsets.lag(prefix, inputs)
+        # Tail: the stream goes on without plants, so that the last plants are not held back by
+        # sources that stopped (the merge waits for them to turn idle), as they never are live.
+        tail_end = time.monotonic() + args.tail
+        while time.monotonic() < tail_end and not all(math.isfinite(p.received) for p in outcome.plants):
+            await asyncio.sleep(0.25)
+            if producing.done():
+                await producing
+        producer.stopped = True
+        await producing
+        stopped = time.monotonic()
         if producer.failures:
             log(f"  {producer.failures} messages failed to send")
         # Drain: the worker commits what it holds; the last plants' incidents arrive.
@@ -541,12 +552,10 @@ def render(args: argparse.Namespace, outcomes: list[Outcome]) -> str:
     lines.append("")
     for o in outcomes:
         kept = "kept" if o.actual >= 0.99 * o.rate else f"did NOT keep ({o.actual / o.rate:.0%} of it)"
-        after = (
-            f"{o.caught_up_after:.1f} s later" if math.isfinite(o.caught_up_after) else "not within --drain"
-        )
+        after = f"{o.caught_up_after:.1f} s" if math.isfinite(o.caught_up_after) else "not within --drain"
         lines.append(
-            f"at {o.rate:,}/s: the producer {kept} its rate; the worker's lag when it stopped: "
-            f"{o.lag_messages:,} messages, all committed {after}"
+            f"at {o.rate:,}/s: the producer {kept} its rate; the worker's lag at the end of the window: "
+            f"{o.lag_messages:,} messages; all committed {after} after the producer stopped"
         )
     lines.append("target: p99 < 1,000 ms at 5,000 records/s sustained for 300 s (one worker)")
     return "\n".join(lines)
@@ -564,7 +573,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rates", default="5000,20000", help="records/s, comma-separated")
     parser.add_argument("--seconds", type=float, default=300, help="measured seconds a rate")
     parser.add_argument("--warmup", type=float, default=10, help="at least this, and the first commit")
-    parser.add_argument("--drain", type=float, default=60, help="seconds to wait for the last incidents")
+    parser.add_argument(
+        "--tail", type=float, default=10, help="seconds the stream goes on after the window, without plants"
+    )
+    parser.add_argument(
+        "--drain", type=float, default=60, help="seconds to wait, once the producer stopped, for the rest"
+    )
     parser.add_argument("--nodes", type=int, default=1000, help="fleet size (8 GPUs a node)")
     parser.add_argument("--plant-every", type=float, default=1.0, help="seconds between planted XID 79s")
     parser.add_argument("--app-xids", type=float, default=2.0, help="application XIDs a second")
@@ -585,7 +599,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--json", action="store_true", help="also print the figures as one JSON line")
     args = parser.parse_args(argv)
     if args.smoke:
-        args.rates, args.seconds, args.nodes, args.warmup, args.drain = "200", 5.0, 50, 3.0, 30.0
+        args.rates, args.seconds, args.nodes, args.warmup, args.tail, args.drain = (
+            "200",
+            5.0,
+            50,
+            3.0,
+            5.0,
+            30.0,
+        )
     args.rates = [int(part) for part in args.rates.split(",") if part.strip()]
     if not args.rates or min(args.rates) < 1 or args.seconds <= 0:
         parser.error("--rates needs numbers >= 1 and --seconds must be positive")
@@ -608,10 +629,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
     print(render(args, outcomes), flush=True)
-    if args.json:
+    if args.json:  # latencies in planting order, null for a plant whose incident never came
         print(json.dumps([
             {"rate": o.rate, "actual": o.actual, "seconds": o.seconds, "records": o.records,
-             "messages": o.messages, "planted": len(o.plants), "latencies_ms": o.latencies_ms(),
+             "messages": o.messages, "planted": len(o.plants),
+             "plants": [{"node": p.node, "gpu": p.gpu, "ts_ms": p.ts_ms,
+                         "latency_ms": (p.received - p.sent) * 1000 if math.isfinite(p.received) else None}
+                        for p in o.plants],
              "lag_messages": o.lag_messages, "caught_up_after": o.caught_up_after, "settings": o.settings}
             for o in outcomes
         ]))  # fmt: skip
