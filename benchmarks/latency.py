@@ -408,7 +408,8 @@ async def measure_rate(args: argparse.Namespace, rate: int, workdir: Path) -> Ou
     data_dir = workdir / prefix
     env = deployment_env(args, prefix, data_dir)
     outcome = Outcome(rate, settings=effective_settings(env))
-    topics = [env[f"FAULTSTREAM_TOPIC_{name}"] for name in TOPIC_SETTINGS]
+    # The worker's topics, and the one Faust creates for its group's leader election.
+    topics = [*(env[f"FAULTSTREAM_TOPIC_{name}"] for name in TOPIC_SETTINGS), f"{prefix}-__assignor-__leader"]
     subprocess.run([*CLI, "init-kafka"], env=env, cwd=ROOT, check=True, capture_output=True)
     fleet = Fleet(args.nodes, seed=rate)
     by_gpu: dict[tuple[str, str], Plant] = {}

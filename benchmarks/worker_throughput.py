@@ -81,6 +81,8 @@ TOPIC_SETTINGS = ("XID", "ECC", "JOBS", "JOBS_BY_NODE", "INCIDENTS", "DEAD_LETTE
 #: Topics every worker run gets afresh (the worker writes them; a second run must not read the first's).
 PER_RUN_TOPICS = ("JOBS_BY_NODE", "INCIDENTS", "DEAD_LETTERS", "CHECKPOINTS")
 POLL_SECONDS = 0.2
+#: The topic a Faust app (worker or decode-only agent) creates for its group's leader election.
+FAUST_LEADER_TOPIC = "{}-__assignor-__leader"
 
 ROWS = {
     "bare": "bare aiokafka consumer (split + orjson)",
@@ -306,7 +308,8 @@ async def worker_run(
         env[f"FAULTSTREAM_TOPIC_{name}"] = f"{group}.{name.lower().replace('_', '-')}"
     data_dir = workdir / f"worker-{n}-{run}"
     env["FAULTSTREAM_DATA_DIR"] = str(data_dir)
-    kafka.created.extend(topics_of(env, PER_RUN_TOPICS))
+    own_topics = [*topics_of(env, PER_RUN_TOPICS), FAUST_LEADER_TOPIC.format(group)]
+    kafka.created.extend(own_topics)
     run_cli(["init-kafka"], env)
     inputs = await kafka.partitions(published.inputs)
     jobs_by_node = await kafka.partitions([env["FAULTSTREAM_TOPIC_JOBS_BY_NODE"]])
@@ -352,7 +355,7 @@ async def worker_run(
         f"{start_at - launched:.1f} s covering {done_at_first:,} records; jobs-by-node copies "
         f"{results.jobs_by_node[n][0]:,} records in {results.jobs_by_node[n][1]:,} messages"
     )
-    await kafka.delete(topics_of(env, PER_RUN_TOPICS))
+    await kafka.delete(own_topics)
     shutil.rmtree(data_dir, ignore_errors=True)
     return Measurement(total / (now - launched), steady)
 
@@ -433,6 +436,7 @@ async def measure(args: argparse.Namespace, files: list[Path], workdir: Path) ->
                         results.add("quix", n, m)
                 for run in range(args.runs):
                     group = f"{published.env['FAULTSTREAM_WORKER_APP_ID']}-faust{run}"
+                    kafka.created.append(FAUST_LEADER_TOPIC.format(group))
                     m = decode_app("faust_decode_only.py", args.kafka, group, published.records,
                                    published.inputs, workdir)  # fmt: skip
                     log(f"  Faust decode-only run {run}: {m.launch:,.0f} / {m.steady:,.0f} records/s")
