@@ -120,8 +120,14 @@ class Settings:
         "Worker commit interval: flush ClickHouse, publish incidents, write the state checkpoint and "
         "commit offsets at least this often (and whenever a batch holds `sink_batch_rows`).",
     )
+    worker_publish_seconds: float = setting(
+        0.25,
+        "Worker: incident updates waiting for the commit point are published sooner, at most this long "
+        "after they were decided (ClickHouse flush, then the incidents topic; no checkpoint, no offset "
+        "commit). 0: only at commit points.",
+    )
     worker_idle_seconds: float = setting(
-        2.0,
+        0.5,
         "Worker: an input partition silent this long, with nothing left to read, no longer holds back "
         "the event-time merge.",
     )
