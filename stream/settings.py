@@ -127,9 +127,10 @@ class Settings:
         "commit). 0: only at commit points.",
     )
     worker_idle_seconds: float = setting(
-        0.5,
+        2.0,
         "Worker: an input partition silent this long, with nothing left to read, no longer holds back "
-        "the event-time merge.",
+        "the event-time merge. Lower it (0.5) for live low latency; higher is safer for replays whose "
+        "topics are published unevenly.",
     )
     metrics_port: int = setting(
         9464, "Worker: port of the Prometheus metrics endpoint (`/metrics`); 0 turns it off."
