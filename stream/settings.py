@@ -120,10 +120,17 @@ class Settings:
         "Worker commit interval: flush ClickHouse, publish incidents, write the state checkpoint and "
         "commit offsets at least this often (and whenever a batch holds `sink_batch_rows`).",
     )
+    worker_publish_seconds: float = setting(
+        0.25,
+        "Worker: incident updates waiting for the commit point are published sooner, at most this long "
+        "after they were decided (ClickHouse flush, then the incidents topic; no checkpoint, no offset "
+        "commit). 0: only at commit points.",
+    )
     worker_idle_seconds: float = setting(
         2.0,
         "Worker: an input partition silent this long, with nothing left to read, no longer holds back "
-        "the event-time merge.",
+        "the event-time merge. Lower it (0.5) for live low latency; higher is safer for replays whose "
+        "topics are published unevenly.",
     )
     metrics_port: int = setting(
         9464, "Worker: port of the Prometheus metrics endpoint (`/metrics`); 0 turns it off."

@@ -4,7 +4,9 @@ Records are encoded by :mod:`stream.kafka.codec` (keyed by node, or job id for j
 event time as the Kafka timestamp) and batched deterministically: consecutive records of one
 partition, up to ``records_per_message`` records and ``MAX_MESSAGE_BYTES`` bytes a message, the
 partition computed from the record's key as Kafka's default partitioner would, so each
-partition's order is exactly the one-record-a-message order. Nothing waits on a timer; a paced
+partition's order is exactly the one-record-a-message order; when one message is full, every
+partition's pending records go out with it (event-time order across topics, see
+:class:`MessageBatcher`). Nothing waits on a timer; a paced
 publish (``rate``) sends what it holds whenever it is ahead of its schedule.
 
 Records that fail parsing, or come later than the allowed lateness within their file, go to the
@@ -64,17 +66,24 @@ class _Pending:
 class MessageBatcher:
     """Cuts each partition's records into messages of at most ``records`` records and ``max_bytes``.
 
+    When one partition's message is full, every partition's pending records go out with it,
+    oldest first: records reach the broker in event-time order across topics and partitions, so a
+    sparse topic's records (a few XIDs a day) never wait behind days of a dense one's (ECC) — a
+    worker would otherwise see the dense topic far ahead and the sparse one silent, and take it
+    for idle. The cut depends only on the records, never on a clock: the same input gives the
+    same messages.
+
     Examples
     --------
     >>> batcher = MessageBatcher({"xid": 2}, records=2)
-    >>> batcher.add("xid", b"node0001", 10, b"a") is None
-    True
-    >>> batcher.add("xid", b"node0004", 11, b"b") is None  # node0004 hashes to the other partition
-    True
-    >>> batcher.add("xid", b"node0001", 12, b"c")
-    OutgoingMessage(topic='xid', partition=0, key=b'node0001', timestamp_ms=10, value=b'a\\nc', records=2)
-    >>> [m.value for m in batcher.drain()]
-    [b'b']
+    >>> batcher.add("xid", b"node0001", 10, b"a")
+    []
+    >>> batcher.add("xid", b"node0004", 11, b"b")  # node0004 hashes to the other partition
+    []
+    >>> [(m.partition, m.value) for m in batcher.add("xid", b"node0001", 12, b"c")]
+    [(0, b'a\\nc'), (1, b'b')]
+    >>> batcher.drain()
+    []
     """
 
     def __init__(self, partitions: dict[str, int], records: int = RECORDS_PER_MESSAGE,
@@ -86,28 +95,28 @@ class MessageBatcher:
         self._max_bytes = max_bytes
         self._pending: dict[tuple[str, int], _Pending] = {}
 
-    def add(self, topic: str, key: bytes, timestamp_ms: int, line: bytes) -> OutgoingMessage | None:
-        """Hold one encoded record; return the message it completes, if it completes one."""
-        partition = partition_for_key(key, self._partitions[topic])
-        where = (topic, partition)
+    def add(self, topic: str, key: bytes, timestamp_ms: int, line: bytes) -> list[OutgoingMessage]:
+        """Hold one encoded record; return the messages to send now (none, or every pending one
+        when this record fills its partition's message)."""
+        where = (topic, partition_for_key(key, self._partitions[topic]))
         pending = self._pending.get(where)
-        full = None
         if pending is not None and pending.size + len(line) + 1 > self._max_bytes:
-            full = self._message(where, self._pending.pop(where))
+            out = self.drain()  # this partition's message is full before this record
             pending = None
+        else:
+            out = []
         if pending is None:
             pending = self._pending[where] = _Pending(key, timestamp_ms)
         pending.lines.append(line)
         pending.size += len(line) + 1
         if len(pending.lines) >= self._records:
-            if full is not None:  # only when one line alone fills a message and records is 1
-                raise AssertionError("two messages completed by one record")
-            full = self._message(where, self._pending.pop(where))
-        return full
+            out += self.drain()
+        return out
 
     def drain(self) -> list[OutgoingMessage]:
-        """Every message not yet full, in (topic, partition) order."""
-        messages = [self._message(where, self._pending[where]) for where in sorted(self._pending)]
+        """Every pending message, oldest first record first (then by topic and partition)."""
+        order = sorted(self._pending, key=lambda where: (self._pending[where].timestamp_ms, where))
+        messages = [self._message(where, self._pending[where]) for where in order]
         self._pending.clear()
         return messages
 
@@ -187,8 +196,7 @@ async def publish(
                 letters.produce(late_dead_letter(item.record, item.watermark_ms, stats.path, lateness_s))
             else:
                 topic = topics[type(item)]
-                message = batcher.add(topic, record_key(item), item.ts_ms, encode_record(item))
-                if message is not None:
+                for message in batcher.add(topic, record_key(item), item.ts_ms, encode_record(item)):
                     await send(message)
                 stats.records[topic] += 1
                 summary.sent[topic] = summary.sent.get(topic, 0) + 1

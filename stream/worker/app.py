@@ -123,7 +123,10 @@ def build_app(settings: Settings) -> faust.App:
                 await runtime.apply(event)
         # The stream ended (shutdown): uncommitted work is redone from the checkpoint on restart.
 
-    @app.timer(interval=max(settings.worker_flush_seconds / 2, 0.2))
+    # Often enough for both the commit points and the early publication of incident updates.
+    publish_every = settings.worker_publish_seconds or settings.worker_flush_seconds
+
+    @app.timer(interval=max(min(settings.worker_flush_seconds / 2, publish_every), 0.1))
     async def tick() -> None:
         async with runtime.lock:
             try:

@@ -8,6 +8,10 @@ Per input partition, every ``worker_flush_seconds`` or when its batch is full, i
 3. write the partition's checkpoint (:mod:`stream.worker.checkpoints`) and wait for it;
 4. commit the partition's input offsets (past the last message applied).
 
+Incident updates need not wait for the commit point: :meth:`CommitPoint.publish` does steps 1
+and 2 alone, at most ``worker_publish_seconds`` after an incident was decided (an SRE's pager is
+that much closer to the evidence); the checkpoint and the offsets still move only at commit points.
+
 A crash anywhere before 4 redoes the work from the previous checkpoint: ClickHouse rows are
 idempotent (ReplacingMergeTree on deterministic ids), incident updates may reach the topic a
 second time with the same id and version (consumers keep the highest version per id). The jobs
@@ -91,10 +95,11 @@ class CommitPoint:
                 return False
             await asyncio.sleep(delay)
 
-    async def commit(self, state: PartitionWorker, still_ours: Callable[[], bool]) -> None:
-        """The partition's commit point: flush, send, checkpoint, then commit its input offsets."""
+    async def publish(self, state: PartitionWorker, still_ours: Callable[[], bool]) -> bool:
+        """Steps 1 and 2: flush the partition's batch, then send its incident updates and dead
+        letters and wait for the acks; False if the partition stopped being ours meanwhile."""
         if not await self.flush_sink(state.partition, still_ours):
-            return
+            return False
         deliveries = [
             await self.incidents_topic.send(
                 key=incident.node.encode(), value=orjson.dumps(incident.to_dict())
@@ -105,6 +110,13 @@ class CommitPoint:
         await self.dead_letters.deliver(state.partition)
         self.metrics.incidents_out.inc(len(state.incidents))
         state.incidents.clear()
+        state.last_publish = time.monotonic()
+        return True
+
+    async def commit(self, state: PartitionWorker, still_ours: Callable[[], bool]) -> None:
+        """The partition's commit point: flush, send, checkpoint, then commit its input offsets."""
+        if not await self.publish(state, still_ours):
+            return
         if not still_ours():
             return  # revoked while waiting: the new owner redoes this from the previous checkpoint
         size = await self.checkpoints.save(state.checkpoint())

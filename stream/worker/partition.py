@@ -42,6 +42,8 @@ class PartitionWorker:
     #: idle time, their messages may all be acked already: the checkpoint held them).
     changed: bool = False
     last_commit: float = field(default_factory=time.monotonic)
+    #: When the incident updates of the partition were last published (at a commit point or sooner).
+    last_publish: float = field(default_factory=time.monotonic)
 
     @classmethod
     def start(

@@ -46,6 +46,8 @@ _log = logging.getLogger("faultstream.worker")
 
 #: Sink and dead-letter batch of what is found while re-keying jobs (input partitions are >= 0).
 _REKEY_BATCH = -1
+#: End offsets and the group's jobs progress are asked for at most this often (two requests).
+_REFRESH_SECONDS = 1.0
 #: A partition with more to read that delivered nothing for this long is read again.
 STALL_SECONDS = 15.0
 
@@ -110,6 +112,7 @@ class WorkerRuntime:
         #: Whether the group has committed every message of the jobs topic (re-keyed everywhere).
         self._jobs_rekeyed = False
         self._admin: AIOKafkaAdminClient | None = None
+        self._last_refresh = 0.0
         self._last_stall_check = time.monotonic()
         self._stalls: dict[Any, int] = {}  # partition -> stall checks in a row without a delivery
 
@@ -304,8 +307,10 @@ class WorkerRuntime:
         — after that, so that those copies are counted — the end offsets of this worker's input
         partitions."""
         consumer = self.app.consumer
-        if self.app.rebalancing:
+        now = time.monotonic()
+        if self.app.rebalancing or now - self._last_refresh < _REFRESH_SECONDS:
             return
+        self._last_refresh = now
         jobs = self.topics.jobs
         jobs_partitions = [TP(jobs, p) for p in range(consumer.topic_partitions(jobs) or 1)]
         inputs = [tp for tp in consumer.assignment() if tp.topic in self.topics.kinds]
@@ -356,12 +361,19 @@ class WorkerRuntime:
         self.metrics.late_events.inc(state.process_released())
         if self._commit_due(state):
             await self.commit(state)
+        elif self._publish_due(state):
+            await self.commit_point.publish(state, lambda: self.partitions.get(state.partition) is state)
 
     def _commit_due(self, state: PartitionWorker) -> bool:
         return (state.uncommitted > 0 or state.changed) and (
             self.sink.should_flush(state.partition)
             or time.monotonic() - state.last_commit >= self.settings.worker_flush_seconds
         )
+
+    def _publish_due(self, state: PartitionWorker) -> bool:
+        """Incident updates wait at most ``worker_publish_seconds`` for the commit point."""
+        every = self.settings.worker_publish_seconds
+        return bool(state.incidents) and every > 0 and time.monotonic() - state.last_publish >= every
 
     async def commit(self, state: PartitionWorker) -> None:
         """Reach the partition's commit point (:mod:`stream.worker.commit`)."""
