@@ -29,7 +29,7 @@ from schemas.records import RECORD_KIND, EccSample, Record
 from schemas.timeutil import format_ts
 from stream.sinks.dead_letters import DeadLetterProducer
 
-__all__ = ["RecordPipeline", "RecordSink", "late_dead_letter"]
+__all__ = ["RecordPipeline", "RecordSink", "late_dead_letter", "store_dead_letter"]
 
 
 class RecordSink(Protocol):
@@ -38,6 +38,14 @@ class RecordSink(Protocol):
     def add(self, item: object, partition: int = 0) -> None: ...
 
     def add_emitted(self, emitted: Emitted, partition: int = 0) -> None: ...
+
+
+def store_dead_letter(
+    sink: RecordSink, dead_letters: DeadLetterProducer, letter: DeadLetter, batch: int
+) -> None:
+    """A dead letter goes to the sink's batch (the ``dead_letters`` table) and to the producer's."""
+    sink.add(letter, batch)
+    dead_letters.produce(letter, batch)
 
 
 def late_dead_letter(record: Record, watermark_ms: int, source: str, lateness_s: int) -> DeadLetter:
@@ -111,14 +119,12 @@ class RecordPipeline:
     def reject_late(self, record: Record, watermark_ms: int, source: str) -> DeadLetter:
         """Dead-letter a record that came after ``watermark_ms`` had passed it."""
         letter = late_dead_letter(record, watermark_ms, source, self.lateness_s)
-        self.sink.add(letter, self.batch)
-        self.dead_letters.produce(letter, self.batch)
+        self.reject(letter)
         return letter
 
     def reject(self, letter: DeadLetter) -> None:
         """Store the dead letter of a record that could not be read."""
-        self.sink.add(letter, self.batch)
-        self.dead_letters.produce(letter, self.batch)
+        store_dead_letter(self.sink, self.dead_letters, letter, self.batch)
 
     def drain(self) -> Emitted:
         """Move what the core decided since the last call into the batch, and return it."""

@@ -24,6 +24,7 @@ from faust.types import TP
 from schemas.outputs import DeadLetter
 from schemas.records import InvalidRecord
 from stream.kafka.codec import decode_message, decode_record, message_lines, partition_for_key
+from stream.pipeline import store_dead_letter
 from stream.settings import Settings
 from stream.sinks.clickhouse import ClickHouseSink
 from stream.sinks.dead_letters import (
@@ -322,15 +323,16 @@ class WorkerRuntime:
             committed = await self._admin.list_consumer_group_offsets(
                 self.settings.worker_app_id, partitions=jobs_partitions
             )
-            jobs_ends = await consumer.highwaters(*jobs_partitions)
-            ends = await consumer.highwaters(*inputs) if inputs else {}
+            # One request for both, after the committed offsets (a jobs message arriving between
+            # the two only makes the answer "not yet").
+            ends = await consumer.highwaters(*jobs_partitions, *inputs)
         except (AssertionError, KafkaError) as exc:  # the assignment changed under the request
             _log.info("input progress not refreshed: %r", exc)
             return
         # A partition without a committed offset says -1: nothing re-keyed, done if it is empty.
         done = {(tp.topic, tp.partition): max(meta.offset, 0) for tp, meta in committed.items()}
         self._jobs_rekeyed = all(
-            done.get((tp.topic, tp.partition), 0) >= jobs_ends.get(tp, 0) for tp in jobs_partitions
+            done.get((tp.topic, tp.partition), 0) >= ends.get(tp, 0) for tp in jobs_partitions
         )
         self._ends.update(ends)
 
@@ -352,8 +354,7 @@ class WorkerRuntime:
 
     def _reject_rekeyed(self, letter: DeadLetter) -> None:
         """A jobs message that could not be read: its own batch, written before it is committed."""
-        self.sink.add(letter, _REKEY_BATCH)
-        self.dead_letters.produce(letter, _REKEY_BATCH)
+        store_dead_letter(self.sink, self.dead_letters, letter, _REKEY_BATCH)
 
     # -- commit points ----------------------------------------------------------------------
 
@@ -362,7 +363,7 @@ class WorkerRuntime:
         if self._commit_due(state):
             await self.commit(state)
         elif self._publish_due(state):
-            await self.commit_point.publish(state, lambda: self.partitions.get(state.partition) is state)
+            await self.commit_point.publish(state, self._still_ours(state))
 
     def _commit_due(self, state: PartitionWorker) -> bool:
         return (state.uncommitted > 0 or state.changed) and (
@@ -375,13 +376,14 @@ class WorkerRuntime:
         every = self.settings.worker_publish_seconds
         return bool(state.incidents) and every > 0 and time.monotonic() - state.last_publish >= every
 
+    def _still_ours(self, state: PartitionWorker) -> Callable[[], bool]:
+        """Whether ``state`` is still this worker's partition (a rebalance may revoke it while a
+        flush is retried or a send awaited)."""
+        return lambda: self.partitions.get(state.partition) is state
+
     async def commit(self, state: PartitionWorker) -> None:
         """Reach the partition's commit point (:mod:`stream.worker.commit`)."""
-
-        def still_ours() -> bool:
-            return self.partitions.get(state.partition) is state
-
-        await self.commit_point.commit(state, still_ours)
+        await self.commit_point.commit(state, self._still_ours(state))
 
     # -- the timer --------------------------------------------------------------------------
 
