@@ -358,28 +358,34 @@ class WorkerRuntime:
 
     async def _release(self, state: PartitionWorker) -> None:
         self.metrics.late_events.inc(state.process_released())
-        if self._commit_due(state):
+        backlog = self._backlog(state)
+        # The end of a backlog (a restart, a replay of history): commit at once rather than up to
+        # a flush interval later, so the group's lag reads 0 as soon as it is true.
+        caught_up = state.behind and backlog == 0
+        state.behind = backlog > _LIVE_BACKLOG_MESSAGES
+        if self._commit_due(state, caught_up):
             await self.commit(state)
-        elif self._publish_due(state):
+        elif self._publish_due(state, backlog):
             await self.commit_point.publish(state, self._still_ours(state))
 
-    def _commit_due(self, state: PartitionWorker) -> bool:
+    def _commit_due(self, state: PartitionWorker, caught_up: bool) -> bool:
         return (state.uncommitted > 0 or state.changed) and (
-            self.sink.should_flush(state.partition)
+            caught_up
+            or self.sink.should_flush(state.partition)
             or time.monotonic() - state.last_commit >= self.settings.worker_flush_seconds
         )
 
-    def _publish_due(self, state: PartitionWorker) -> bool:
+    def _publish_due(self, state: PartitionWorker, backlog: int) -> bool:
         """Incident updates wait at most ``worker_publish_seconds`` for the commit point — once
-        the partition has caught up. Behind a backlog the evidence is older than the commit
-        interval anyway, and each early publication costs a ClickHouse flush (one every quarter
-        second took a fifth of a worker's time on replayed history)."""
+        the partition is live. Behind a backlog the evidence is older than the commit interval
+        anyway, and each early publication costs a ClickHouse flush (one every quarter second
+        took a fifth of a worker's time on replayed history)."""
         every = self.settings.worker_publish_seconds
         return (
             bool(state.incidents)
             and every > 0
             and time.monotonic() - state.last_publish >= every
-            and self._backlog(state) <= _LIVE_BACKLOG_MESSAGES
+            and backlog <= _LIVE_BACKLOG_MESSAGES
         )
 
     def _backlog(self, state: PartitionWorker) -> int:
