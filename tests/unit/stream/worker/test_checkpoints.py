@@ -42,4 +42,4 @@ def test_a_blob_of_another_format_is_refused_with_what_to_do() -> None:
     with pytest.raises(CheckpointError, match=r"format 3 is not 2.*delete the checkpoint topic"):
         decode(b"faultstream-checkpoint/3\n" + format_1)
     with pytest.raises(CheckpointError, match="unreadable checkpoint"):
-        decode(b"faultstream-checkpoint/2\nnot zlib")
+        decode(b"faultstream-checkpoint/3\nnot zlib")
