@@ -345,9 +345,9 @@ class DetectionCore:
         else:
             self._emitted.facts.append(fact)
 
-    def _signal(self, node: str, name: str, ts_ms: int) -> None:
+    def _signal(self, node: str, name: str, ts_ms: int, key: str = "") -> None:
         if self._mine(node):
-            self._fact(FleetFact(ts_ms, SIGNAL, node, name))
+            self._fact(FleetFact(ts_ms, SIGNAL, node, name, key))
 
     def _see(self, cluster: str, node: str, ts_ms: int) -> None:
         if node not in self._seen and self._mine(node):
@@ -450,7 +450,7 @@ class DetectionCore:
             if key in self._storming:
                 self._storming.discard(key)  # a storm's peak is not what the fleet usually sees
             elif self._mine(event.node):
-                self._fact(FleetFact(event.ts_ms, PEAK, event.node, value=finished_peak))
+                self._fact(FleetFact(event.ts_ms, PEAK, event.node, key=gpu, value=finished_peak))
         if storming:
             self._storming.add(key)
 
@@ -510,7 +510,7 @@ class DetectionCore:
             if run is not None:
                 for node in run.nodes:
                     self._see(event.cluster, node, event.ts_ms)
-                    self._signal(node, "job_runs", run.start_ms)
+                    self._signal(node, "job_runs", run.start_ms, run.job_id)
             return
         if not event.state.is_terminal:
             return
@@ -525,7 +525,7 @@ class DetectionCore:
         # the attribution window (the tracker holds the run until then).
         for node in run.nodes:
             if self._mine(node):
-                self._fact(FleetFact(end, FAILED_JOB, node, run.job_id))
+                self._fact(FleetFact(end, FAILED_JOB, node, key=run.job_id))
         if event.state is JobState.NODE_FAIL and len(run.nodes) == 1:
             self._signal(run.nodes[0], "node_fails", end)
         self._next_deadline = min(self._next_deadline, ended.decide_at_ms)

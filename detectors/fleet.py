@@ -70,14 +70,19 @@ class FleetFact:
         Event time of the fact.
     kind
         ``seen`` (``node`` of ``cluster`` is part of the fleet), ``signal`` (one lemon signal
-        ``name`` on ``node``), ``failed_job`` (job ``name`` failed on ``node``) or ``peak``
-        (a finished XID burst peaked at ``value`` window counts).
+        ``name`` on ``node``; ``key``: the job of a ``job_runs`` signal), ``failed_job`` (job
+        ``key`` failed on ``node``) or ``peak`` (a burst of GPU ``key`` on ``node`` finished,
+        having peaked at ``value`` window counts).
+
+    Two equal facts are one fact handed over twice (a core restarted from a checkpoint repeats
+    what it handed over since): the stage keeps one.
     """
 
     ts_ms: int
     kind: str
     node: str = ""
     name: str = ""
+    key: str = ""
     value: int = 0
     cluster: str = ""
 
@@ -183,6 +188,7 @@ class FleetCore:
         self._horizons: dict[int, int] = {}
         self._idle: set[int] = set()
         self._pending: list[FleetFact] = []  # a heap: facts not applied yet
+        self._queued: set[FleetFact] = set()  # the same, to drop repeats
         self._applied_to: int | None = None  # every fact before this time is applied
         self._lemons = LemonTracker(config.lemon)
         self._cluster_of: dict[str, str] = {}
@@ -206,7 +212,8 @@ class FleetCore:
         that restarted from a checkpoint hands over again what it had handed over)."""
         self._idle.discard(partition)
         for fact in facts:
-            if self._applied_to is None or fact.ts_ms >= self._applied_to:
+            if (self._applied_to is None or fact.ts_ms >= self._applied_to) and fact not in self._queued:
+                self._queued.add(fact)
                 heapq.heappush(self._pending, fact)
 
     def add_job(self, part: JobPart) -> None:
@@ -295,6 +302,8 @@ class FleetCore:
                 value = exact_quantile(self._peaks, self.config.baseline_quantile)
                 self._baselines[instant + period] = self._out.baselines[instant + period] = value
                 self._next_boundary_ms = instant + period
+                # A core restarted from its last checkpoint repeats recent decisions only.
+                self._decided = {k: end for k, end in self._decided.items() if end >= instant - 2 * period}
             else:
                 self._out.incidents.extend(self._incidents.resolve_idle(instant))
                 self._evaluate_lemons(instant)
@@ -305,7 +314,9 @@ class FleetCore:
     def _apply_before(self, instant: int) -> None:
         pending = self._pending
         while pending and pending[0].ts_ms < instant:
-            self._apply(heapq.heappop(pending))
+            fact = heapq.heappop(pending)
+            self._queued.discard(fact)
+            self._apply(fact)
 
     def _apply(self, fact: FleetFact) -> None:
         if fact.kind == SEEN:
@@ -317,7 +328,7 @@ class FleetCore:
             else:
                 self._lemons.record(fact.node, fact.name, fact.ts_ms)
         elif fact.kind == FAILED_JOB:
-            self._lemons.record_failed_job(fact.node, fact.name, fact.ts_ms)
+            self._lemons.record_failed_job(fact.node, fact.key, fact.ts_ms)
         elif fact.kind == PEAK:
             bisect.insort(self._peaks, fact.value)
 

@@ -119,7 +119,8 @@ def embedded(records: list[Record]) -> Outcome:
 
 
 def partitioned(records: list[Record], partitions: int, seed: int) -> Outcome:
-    """``partitions`` cores and one fleet stage, run in a random interleaving."""
+    """``partitions`` cores and one fleet stage, run in a random interleaving; now and then a core
+    hands over its previous facts and failed runs again."""
     cores = [DetectionCore(config(), owns=Owner(p, partitions), local_fleet=False) for p in range(partitions)]
     fleet = FleetCore(config().fleet_config(), partitions=partitions)
     queues: list[list[Record]] = [[] for _ in range(partitions)]
@@ -133,8 +134,15 @@ def partitioned(records: list[Record], partitions: int, seed: int) -> Outcome:
     rng = random.Random(seed)
     positions = [0] * partitions
 
+    sent: list[tuple[list[FleetFact], list[JobPart]]] = [([], []) for _ in range(partitions)]
+
     def hand_over(p: int) -> None:
         emitted = cores[p].drain()
+        if rng.random() < 0.2:  # what a core restarted from its checkpoint does: repeat itself
+            fleet.add(p, sent[p][0])
+            for part in sent[p][1]:
+                fleet.add_job(part)
+        sent[p] = (emitted.facts, emitted.job_parts)
         fleet.add(p, emitted.facts)
         for part in emitted.job_parts:
             fleet.add_job(part)
@@ -224,7 +232,7 @@ def test_a_lemon_is_judged_against_the_whole_fleet_not_its_partition() -> None:
         facts = [FleetFact(0, "seen", f"n{p}-{i}", cluster="c") for i in range(10)]
         fleet.add(p, facts)
     lemon = [FleetFact(day * DAY_MS + HOUR_MS, "signal", "n2-3", "hw_incidents") for day in range(4)]
-    lemon += [FleetFact(day * DAY_MS + HOUR_MS, "failed_job", "n2-3", f"job{day}") for day in range(4)]
+    lemon += [FleetFact(day * DAY_MS + HOUR_MS, "failed_job", "n2-3", key=f"job{day}") for day in range(4)]
     fleet.add(2, lemon)
     for p in range(3):
         fleet.advance(p, 6 * DAY_MS)
