@@ -21,6 +21,7 @@ __all__ = [
     "EXIT_STORE",
     "EXIT_USAGE",
     "Commands",
+    "add_mttf_window_argument",
     "add_store_arguments",
     "parse_time_argument",
     "print_json",
@@ -51,6 +52,23 @@ def add_store_arguments(parser: argparse.ArgumentParser) -> None:
         "else the embedded store in --data-dir",
     )
     parser.add_argument("--data-dir", help="embedded store folder (default ./faultstream-data)")
+
+
+def add_mttf_window_argument(parser: argparse.ArgumentParser) -> None:
+    """Add ``--mttf-window``, which MTTF table a text report shows.
+
+    Parameters
+    ----------
+    parser
+        The command's parser (``replay``, ``report``).
+    """
+    parser.add_argument(
+        "--mttf-window",
+        default="auto",
+        metavar="LENGTH",
+        help="MTTF table of the text report: auto (1d windows for weeks of data, 1h for a day or two), "
+        "a window length (1h, 1d) or all",
+    )
 
 
 def parse_time_argument(value: str) -> int:

@@ -11,7 +11,13 @@ from pathlib import Path
 
 import orjson
 
-from stream.cli.common import Commands, add_store_arguments, print_json, settings_from_args
+from stream.cli.common import (
+    Commands,
+    add_mttf_window_argument,
+    add_store_arguments,
+    print_json,
+    settings_from_args,
+)
 from stream.settings import Settings
 
 __all__ = [
@@ -38,7 +44,8 @@ def add_report_parser(commands: Commands) -> None:
         "report", help="print incidents, MTTF windows and ETTR guidance from the store"
     )
     report.add_argument("--json", action="store_true", help="print JSON")
-    report.add_argument("--top", type=int, default=20, help="open critical incidents to list")
+    report.add_argument("--top", type=int, default=20, help="open critical incidents to list (--json)")
+    add_mttf_window_argument(report)
     report.add_argument(
         "--html",
         type=Path,
@@ -133,7 +140,7 @@ def run_report(args: argparse.Namespace) -> int:
     if args.json:
         print_json(report)
     elif args.html is None:
-        sys.stdout.write(render_text(report) + "\n")
+        sys.stdout.write(render_text(report, args.mttf_window) + "\n")
     return 0
 
 
