@@ -79,12 +79,17 @@ def add_tail_parser(commands: Commands) -> None:
     )
     start.add_argument("--from-beginning", action="store_true", help="start at the oldest retained message")
     tail.add_argument(
-        "--no-follow", action="store_true", help="stop at the end of the topic instead of waiting for more"
+        "--no-follow",
+        action="store_true",
+        help="stop at the end of the topic instead of waiting for more, and print in time order",
     )
     tail.add_argument("--severity", help="only these severities, comma-separated: critical,warn,info")
     tail.add_argument("--kind", help="only these kinds, comma-separated shell patterns (xid_*,lemon_node)")
     tail.add_argument("--node", help="only these nodes, comma-separated shell patterns (node01*)")
     tail.add_argument("--json", action="store_true", help="print each incident message as JSON, one per line")
+    tail.add_argument(
+        "--wide", action="store_true", help="also the update count, the whole summary and the action"
+    )
     tail.add_argument(
         "--color",
         choices=("auto", "always", "never"),
@@ -161,6 +166,7 @@ def run_tail(args: argparse.Namespace) -> int:
             follow=not args.no_follow,
             as_json=args.json,
             colour=not args.json and want_colour(args.color, sys.stdout),
+            wide=args.wide,
             only=IncidentFilter.parse(args.severity, args.kind, args.node),
         )
         return run(options)
