@@ -9,6 +9,7 @@ from typing import Any
 
 from stream.cli.common import (
     Commands,
+    add_command,
     add_mttf_window_argument,
     add_store_arguments,
     parse_time_argument,
@@ -30,7 +31,12 @@ def add_replay_parser(commands: Commands) -> None:
     commands
         The ``faultstream`` subcommands.
     """
-    replay = commands.add_parser("replay", help="replay log files through the detectors into ClickHouse")
+    replay = add_command(
+        commands,
+        "replay",
+        help="replay log files through the detectors into ClickHouse, then print the report",
+        example="faultstream replay examples/sim-48x14/logs",
+    )
     replay.add_argument(
         "files",
         nargs="+",

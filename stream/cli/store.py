@@ -13,6 +13,7 @@ import orjson
 
 from stream.cli.common import (
     Commands,
+    add_command,
     add_mttf_window_argument,
     add_store_arguments,
     print_json,
@@ -40,8 +41,11 @@ def add_report_parser(commands: Commands) -> None:
     commands
         The ``faultstream`` subcommands.
     """
-    report = commands.add_parser(
-        "report", help="print incidents, MTTF windows and ETTR guidance from the store"
+    report = add_command(
+        commands,
+        "report",
+        help="print incidents, MTTF windows and ETTR guidance from the store",
+        example="faultstream report --html report.html",
     )
     report.add_argument("--json", action="store_true", help="print JSON")
     report.add_argument("--top", type=int, default=20, help="open critical incidents to list (--json)")
@@ -67,7 +71,12 @@ def add_init_db_parser(commands: Commands) -> None:
     commands
         The ``faultstream`` subcommands.
     """
-    init_db = commands.add_parser("init-db", help="create the database and tables (idempotent)")
+    init_db = add_command(
+        commands,
+        "init-db",
+        help="create the database and tables (idempotent)",
+        example="faultstream init-db --clickhouse http://clickhouse:8123",
+    )
     add_store_arguments(init_db)
     init_db.set_defaults(handler=run_init_db)
 
@@ -80,7 +89,12 @@ def add_query_parser(commands: Commands) -> None:
     commands
         The ``faultstream`` subcommands.
     """
-    query = commands.add_parser("query", help="run SQL on the store and print the rows as JSON Lines")
+    query = add_command(
+        commands,
+        "query",
+        help="run SQL on the store and print the rows as JSON Lines",
+        example='faultstream query "SELECT kind, count() FROM faultstream.incidents FINAL GROUP BY kind"',
+    )
     query.add_argument("sql", help="a SELECT; tables live in database `faultstream` (FAULTSTREAM_DATABASE)")
     add_store_arguments(query)
     query.set_defaults(handler=run_query)
@@ -94,7 +108,12 @@ def add_config_parser(commands: Commands) -> None:
     commands
         The ``faultstream`` subcommands.
     """
-    config = commands.add_parser("config", help="list every setting, its environment variable and default")
+    config = add_command(
+        commands,
+        "config",
+        help="list every setting, its environment variable and default",
+        example="faultstream config",
+    )
     config.set_defaults(handler=run_config)
 
 
