@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from detectors.incidents import summary_without_action
 from stream.reports.html.charts import (
     SEVERITIES,
     ettr_chart,
@@ -74,6 +73,11 @@ def _time_cell(text: str | None) -> str:
     return f'<span class="nowrap">{escape(day)}</span>' + (
         f'<div class="muted">{escape(clock)}</div>' if clock else ""
     )
+
+
+def _without_action(summary: str) -> str:
+    """An incident summary without its trailing ``Action: ...`` (the table shows the action)."""
+    return summary.split(" Action: ", 1)[0]
 
 
 def _span_text(span: dict[str, Any]) -> str:
@@ -186,7 +190,7 @@ def incidents_section(report: dict[str, Any]) -> str:
             _time_cell(r["last_evidence"]),
             format_count(r["evidence_count"]),
             element("div", {"class": "action"}, escape(r["action"]))
-            + element("div", {"class": "muted summary"}, escape(summary_without_action(r["summary"]))),
+            + element("div", {"class": "muted summary"}, escape(_without_action(r["summary"]))),
         ]
         for r in listed
     )
