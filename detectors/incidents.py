@@ -21,7 +21,27 @@ from typing import Any
 from schemas.outputs import Incident, IncidentKind, IncidentStatus, Severity
 from schemas.timeutil import format_ts
 
-__all__ = ["EvidenceItem", "Finding", "IncidentTracker", "incident_id"]
+__all__ = [
+    "ACTION_MARK",
+    "EvidenceItem",
+    "Finding",
+    "IncidentTracker",
+    "incident_id",
+    "summary_without_action",
+]
+
+#: What separates an incident summary from its suggested action (the action is also its own field).
+ACTION_MARK = " Action: "
+
+
+def summary_without_action(summary: str) -> str:
+    """An incident summary without its trailing ``Action: ...``, for views that show the action apart.
+
+    >>> summary_without_action("[warn] Lemon node on node7; open. Action: drain the node")
+    '[warn] Lemon node on node7; open.'
+    """
+    return summary.split(ACTION_MARK, 1)[0]
+
 
 #: Evidence lists are capped so that a storm cannot grow one incident without bound.
 MAX_SAMPLES = 10
@@ -142,7 +162,7 @@ class _Open:
         detail = f" ({codes})" if codes else ""
         summary = (
             f"[{self.severity.value}] {self.title} on {where}{detail}, {self.evidence_count} evidence since "
-            f"{format_ts(self.first_ms)}; {status.value}. Action: {self.action}"
+            f"{format_ts(self.first_ms)}; {status.value}.{ACTION_MARK}{self.action}"
         )
         resolved = status is IncidentStatus.RESOLVED
         return Incident(

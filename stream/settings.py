@@ -1,7 +1,7 @@
 """The one settings object of faultstream, read from ``FAULTSTREAM_*`` environment variables.
 
 Every field names its environment variable; command-line flags override the environment.
-The README's configuration reference is generated from this file's docstrings
+The configuration reference (docs/configuration.md) is generated from this file's docstrings
 (``faultstream config``), so what is documented is what is read.
 """
 
@@ -26,7 +26,7 @@ class SettingsError(ValueError):
 
 
 def setting(default: Any, doc: str) -> Any:
-    """A settings field with its documentation (shown by ``faultstream config`` and the README)."""
+    """A settings field with its documentation (shown by ``faultstream config`` and docs/configuration.md)."""
     return field(default=default, metadata={"doc": doc})
 
 

@@ -21,6 +21,8 @@ __all__ = [
     "EXIT_STORE",
     "EXIT_USAGE",
     "Commands",
+    "add_command",
+    "add_mttf_window_argument",
     "add_store_arguments",
     "parse_time_argument",
     "print_json",
@@ -34,6 +36,38 @@ EXIT_KAFKA = 5
 
 #: What ``ArgumentParser.add_subparsers`` returns: each command module adds its commands to it.
 Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def add_command(
+    commands: Commands, name: str, *, help: str, example: str, description: str | None = None
+) -> argparse.ArgumentParser:
+    """Add a subcommand whose ``--help`` says what it is for in one line and shows one example.
+
+    Parameters
+    ----------
+    commands
+        The ``faultstream`` subcommands.
+    name
+        The command's name.
+    help
+        What it is for, one line (``faultstream --help`` lists it beside the name).
+    example
+        One command line that uses it, starting with ``faultstream``.
+    description
+        A longer first paragraph for the command's own ``--help`` (default: ``help``).
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        The command's parser, for its options.
+    """
+    return commands.add_parser(
+        name,
+        help=help,
+        description=description or help[0].upper() + help[1:] + ".",
+        epilog=f"example:\n  {example}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
 
 
 def add_store_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,6 +85,23 @@ def add_store_arguments(parser: argparse.ArgumentParser) -> None:
         "else the embedded store in --data-dir",
     )
     parser.add_argument("--data-dir", help="embedded store folder (default ./faultstream-data)")
+
+
+def add_mttf_window_argument(parser: argparse.ArgumentParser) -> None:
+    """Add ``--mttf-window``, which MTTF table a text report shows.
+
+    Parameters
+    ----------
+    parser
+        The command's parser (``replay``, ``report``).
+    """
+    parser.add_argument(
+        "--mttf-window",
+        default="auto",
+        metavar="LENGTH",
+        help="MTTF table of the text report: auto (1d windows for weeks of data, 1h for a day or two), "
+        "a window length (1h, 1d) or all",
+    )
 
 
 def parse_time_argument(value: str) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from stream.cli.common import EXIT_KAFKA, Commands, add_store_arguments, settings_from_args
+from stream.cli.common import EXIT_KAFKA, Commands, add_command, add_store_arguments, settings_from_args
 from stream.settings import Settings
 
 __all__ = [
@@ -26,8 +26,11 @@ def add_init_kafka_parser(commands: Commands) -> None:
     commands
         The ``faultstream`` subcommands.
     """
-    init_kafka = commands.add_parser(
-        "init-kafka", help="create the Kafka topics with their configs (idempotent)"
+    init_kafka = add_command(
+        commands,
+        "init-kafka",
+        help="create the Kafka topics with their configs (idempotent)",
+        example="faultstream init-kafka --kafka 127.0.0.1:9092",
     )
     init_kafka.add_argument(
         "--kafka", metavar="HOST:PORT", help="bootstrap servers (default FAULTSTREAM_KAFKA_BOOTSTRAP)"
@@ -43,8 +46,11 @@ def add_worker_parser(commands: Commands) -> None:
     commands
         The ``faultstream`` subcommands.
     """
-    worker = commands.add_parser(
-        "worker", help="run a Faust worker: Kafka input topics -> detectors -> outputs"
+    worker = add_command(
+        commands,
+        "worker",
+        help="run a Faust worker: Kafka input topics -> detectors -> outputs",
+        example="faultstream worker --kafka 127.0.0.1:9092 --clickhouse http://clickhouse:8123",
     )
     worker.add_argument(
         "--kafka", metavar="HOST:PORT", help="bootstrap servers (default FAULTSTREAM_KAFKA_BOOTSTRAP)"
@@ -61,11 +67,13 @@ def add_tail_parser(commands: Commands) -> None:
     commands
         The ``faultstream`` subcommands.
     """
-    tail = commands.add_parser(
+    tail = add_command(
+        commands,
         "tail",
         help="follow the incidents topic: one line per incident update, filtered, colourised",
         description="The SRE console: incidents as the workers publish them. Repeats of an update "
         "already shown (at-least-once delivery) are dropped.",
+        example="faultstream tail --kafka 127.0.0.1:9092 --since 2h --severity critical,warn",
     )
     tail.add_argument(
         "--kafka", metavar="HOST:PORT", help="bootstrap servers (default FAULTSTREAM_KAFKA_BOOTSTRAP)"
@@ -79,12 +87,17 @@ def add_tail_parser(commands: Commands) -> None:
     )
     start.add_argument("--from-beginning", action="store_true", help="start at the oldest retained message")
     tail.add_argument(
-        "--no-follow", action="store_true", help="stop at the end of the topic instead of waiting for more"
+        "--no-follow",
+        action="store_true",
+        help="stop at the end of the topic instead of waiting for more, and print in time order",
     )
     tail.add_argument("--severity", help="only these severities, comma-separated: critical,warn,info")
     tail.add_argument("--kind", help="only these kinds, comma-separated shell patterns (xid_*,lemon_node)")
     tail.add_argument("--node", help="only these nodes, comma-separated shell patterns (node01*)")
     tail.add_argument("--json", action="store_true", help="print each incident message as JSON, one per line")
+    tail.add_argument(
+        "--wide", action="store_true", help="also the update count, the whole summary and the action"
+    )
     tail.add_argument(
         "--color",
         choices=("auto", "always", "never"),
@@ -161,6 +174,7 @@ def run_tail(args: argparse.Namespace) -> int:
             follow=not args.no_follow,
             as_json=args.json,
             colour=not args.json and want_colour(args.color, sys.stdout),
+            wide=args.wide,
             only=IncidentFilter.parse(args.severity, args.kind, args.node),
         )
         return run(options)

@@ -19,7 +19,25 @@ from stream.settings import SettingsError
 from stream.sinks.dead_letters import DeadLetterLimitExceeded
 from stream.sinks.store import StoreError
 
-__all__ = ["EXIT_DEAD_LETTERS", "EXIT_KAFKA", "EXIT_STORE", "EXIT_USAGE", "build_parser", "main"]
+__all__ = [
+    "EXIT_DEAD_LETTERS",
+    "EXIT_KAFKA",
+    "EXIT_STORE",
+    "EXIT_USAGE",
+    "build_parser",
+    "main",
+    "package_version",
+]
+
+
+def package_version() -> str:
+    """The installed package's version (``pyproject.toml``), or ``unknown`` when run from a bare tree."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("faultstream")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,8 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="faultstream",
         description="Streaming reliability monitor for GPU clusters: XID, ECC and job events to incidents "
         "and MTTF windows in ClickHouse.",
+        epilog="example:\n  faultstream replay examples/sim-48x14/logs\n\n"
+        "`faultstream COMMAND --help` says what a command is for and shows an example.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
     # `faultstream --help` lists the commands in the order they are added: replay and report first,
     # whatever their family.
     replay.add_replay_parser(commands)

@@ -9,6 +9,8 @@ from typing import Any
 
 from stream.cli.common import (
     Commands,
+    add_command,
+    add_mttf_window_argument,
     add_store_arguments,
     parse_time_argument,
     print_json,
@@ -29,7 +31,12 @@ def add_replay_parser(commands: Commands) -> None:
     commands
         The ``faultstream`` subcommands.
     """
-    replay = commands.add_parser("replay", help="replay log files through the detectors into ClickHouse")
+    replay = add_command(
+        commands,
+        "replay",
+        help="replay log files through the detectors into ClickHouse, then print the report",
+        example="faultstream replay examples/sim-48x14/logs",
+    )
     replay.add_argument(
         "files",
         nargs="+",
@@ -72,6 +79,7 @@ def add_replay_parser(commands: Commands) -> None:
         help="with --to: records per Kafka message, newline-delimited (default 256; 1: one record a message)",
     )
     replay.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_mttf_window_argument(replay)
     replay.add_argument(
         "--progress", action=argparse.BooleanOptionalAction, default=None, help="progress bar"
     )
@@ -176,20 +184,23 @@ def run_replay(args: argparse.Namespace) -> int:
         )
         return 0
     out = sys.stdout
-    out.write(f"Replayed {len(summary.sources)} files in {summary.seconds:.1f} s ")
-    out.write(f"({summary.events:,} events, {summary.events / max(summary.seconds, 1e-9):,.0f} events/s)\n")
+    out.write(
+        f"Replayed {len(summary.sources)} files in {summary.seconds:.1f} s ({summary.events:,} events, "
+        f"{summary.events / max(summary.seconds, 1e-9):,.0f} events/s)\n"
+    )
     for source in per_source:
         records = ", ".join(f"{n:,} {kind}" for kind, n in sorted(source["records"].items())) or "no records"
-        out.write(
-            f"  {source['file']} [{source['format']}]: {records}; {source['dead_letters']:,} dead letters, "
-            f"{source['late']:,} late\n"
-        )
+        trouble = [f"{source[k]:,} {k.replace('_', ' ')}" for k in ("dead_letters", "late") if source[k]]
+        out.write(f"  {source['file']} [{source['format']}]: {records}{'; ' if trouble else ''}")
+        out.write(", ".join(trouble) + "\n")
     if summary.dead_letters and dead_letter_file is not None:
         out.write(f"Dead letters also written to {dead_letter_file}\n")
-    out.write("Incidents from this replay: ")
-    out.write(", ".join(f"{k}/{s} {n:,}" for (k, s), n in by_kind) or "none")
-    out.write("\n\n")
-    out.write(render_text(report) + "\n")
+    store_counts = {(r["kind"], r["severity"]): r["incidents"] for r in report["incidents"]}
+    if dict(by_kind) != store_counts:  # the store held incidents before: say which are this run's
+        out.write("Incidents from this replay: ")
+        out.write(", ".join(f"{k}/{s} {n:,}" for (k, s), n in by_kind) or "none")
+        out.write("\n")
+    out.write("\n" + render_text(report, args.mttf_window) + "\n")
     return 0
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from stream.cli.common import (
     Commands,
+    add_command,
     add_store_arguments,
     parse_time_argument,
     print_json,
@@ -29,7 +30,12 @@ def add_simulate_parser(commands: Commands) -> None:
     commands
         The ``faultstream`` subcommands.
     """
-    simulate = commands.add_parser("simulate", help="write a synthetic cluster's logs and its ground truth")
+    simulate = add_command(
+        commands,
+        "simulate",
+        help="write a synthetic cluster's logs and its ground truth",
+        example="faultstream simulate --nodes 1000 --days 30 --seed 1 --out /tmp/sim",
+    )
     simulate.add_argument("--nodes", type=int, default=64)
     simulate.add_argument("--gpus-per-node", type=int, default=8)
     simulate.add_argument("--days", type=float, default=7.0)
@@ -56,8 +62,11 @@ def add_evaluate_parser(commands: Commands) -> None:
     commands
         The ``faultstream`` subcommands.
     """
-    evaluate = commands.add_parser(
-        "evaluate", help="score the store's incidents against a simulator's truth.json"
+    evaluate = add_command(
+        commands,
+        "evaluate",
+        help="score the store's incidents against a simulator's truth.json",
+        example="faultstream evaluate --truth /tmp/sim/truth.json --clickhouse chdb:///tmp/sim-store",
     )
     evaluate.add_argument(
         "--truth", type=Path, required=True, help="truth.json written by `faultstream simulate`"

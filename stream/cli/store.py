@@ -11,7 +11,14 @@ from pathlib import Path
 
 import orjson
 
-from stream.cli.common import Commands, add_store_arguments, print_json, settings_from_args
+from stream.cli.common import (
+    Commands,
+    add_command,
+    add_mttf_window_argument,
+    add_store_arguments,
+    print_json,
+    settings_from_args,
+)
 from stream.settings import Settings
 
 __all__ = [
@@ -34,11 +41,15 @@ def add_report_parser(commands: Commands) -> None:
     commands
         The ``faultstream`` subcommands.
     """
-    report = commands.add_parser(
-        "report", help="print incidents, MTTF windows and ETTR guidance from the store"
+    report = add_command(
+        commands,
+        "report",
+        help="print incidents, MTTF windows and ETTR guidance from the store",
+        example="faultstream report --html report.html",
     )
     report.add_argument("--json", action="store_true", help="print JSON")
-    report.add_argument("--top", type=int, default=20, help="open critical incidents to list")
+    report.add_argument("--top", type=int, default=20, help="open critical incidents to list (--json)")
+    add_mttf_window_argument(report)
     report.add_argument(
         "--html",
         type=Path,
@@ -60,7 +71,12 @@ def add_init_db_parser(commands: Commands) -> None:
     commands
         The ``faultstream`` subcommands.
     """
-    init_db = commands.add_parser("init-db", help="create the database and tables (idempotent)")
+    init_db = add_command(
+        commands,
+        "init-db",
+        help="create the database and tables (idempotent)",
+        example="faultstream init-db --clickhouse http://clickhouse:8123",
+    )
     add_store_arguments(init_db)
     init_db.set_defaults(handler=run_init_db)
 
@@ -73,7 +89,12 @@ def add_query_parser(commands: Commands) -> None:
     commands
         The ``faultstream`` subcommands.
     """
-    query = commands.add_parser("query", help="run SQL on the store and print the rows as JSON Lines")
+    query = add_command(
+        commands,
+        "query",
+        help="run SQL on the store and print the rows as JSON Lines",
+        example='faultstream query "SELECT kind, count() FROM faultstream.incidents FINAL GROUP BY kind"',
+    )
     query.add_argument("sql", help="a SELECT; tables live in database `faultstream` (FAULTSTREAM_DATABASE)")
     add_store_arguments(query)
     query.set_defaults(handler=run_query)
@@ -87,7 +108,12 @@ def add_config_parser(commands: Commands) -> None:
     commands
         The ``faultstream`` subcommands.
     """
-    config = commands.add_parser("config", help="list every setting, its environment variable and default")
+    config = add_command(
+        commands,
+        "config",
+        help="list every setting, its environment variable and default",
+        example="faultstream config",
+    )
     config.set_defaults(handler=run_config)
 
 
@@ -133,7 +159,7 @@ def run_report(args: argparse.Namespace) -> int:
     if args.json:
         print_json(report)
     elif args.html is None:
-        sys.stdout.write(render_text(report) + "\n")
+        sys.stdout.write(render_text(report, args.mttf_window) + "\n")
     return 0
 
 

@@ -1,7 +1,8 @@
 """``faultstream tail``: the SRE's console on the incidents topic.
 
 One line per incident message, newest state last: when it started, severity, kind, node and GPU,
-status, how many updates the incident has had, its summary and the suggested action. Messages
+status and its summary, in 120 columns; ``--wide`` adds how many updates the incident has had, the
+whole summary and the suggested action. With ``--no-follow`` the lines come in time order. Messages
 that repeat an (incident id, version) already shown — at-least-once delivery after a worker
 restart — or that are older than what was shown are dropped, so every line is news.
 
@@ -27,7 +28,19 @@ import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaConnectionError, KafkaError
 
-__all__ = ["IncidentFilter", "TailError", "TailOptions", "format_line", "parse_since", "tail", "updates"]
+from detectors.incidents import summary_without_action
+
+__all__ = [
+    "COMPACT_WIDTH",
+    "IncidentFilter",
+    "TailError",
+    "TailOptions",
+    "format_line",
+    "parse_since",
+    "short_summary",
+    "tail",
+    "updates",
+]
 
 SEVERITIES = ("critical", "warn", "info")
 
@@ -99,26 +112,70 @@ class IncidentFilter:
         return not self.nodes or any(fnmatchcase(str(incident.get("node")), n) for n in self.nodes)
 
 
-def format_line(incident: dict[str, Any], colour: bool) -> str:
-    """One console line for an incident message.
+#: The default line's width: time, severity, kind, node/GPU, status and as much summary as fits.
+COMPACT_WIDTH = 120
 
-    >>> format_line({"first_evidence": "2024-01-03T10:00:00Z", "severity": "critical",
-    ...              "kind": "gpu_bus", "node": "node7", "gpu": "0000:b7:00", "status": "open",
-    ...              "version": 6, "summary": "XID 79", "action": "drain"}, colour=False).split()[:7]
-    ['2024-01-03T10:00:00Z', 'CRITICAL', 'gpu_bus', 'node7/0000:b7:00', 'open', '2', 'updates']
+_SUMMARY_TAIL = re.compile(r",? \d+ evidence since \S+; \w+\.?$")
+
+
+def _where(incident: dict[str, Any]) -> str:
+    gpu = incident.get("gpu")
+    return f"{incident.get('node', '?')}{'' if gpu in (None, '', -1) else f'/{gpu}'}"
+
+
+def short_summary(incident: dict[str, Any]) -> str:
+    """The summary without what the line's other columns say: severity, node and GPU, evidence
+    count and status, and the action.
+
+    >>> short_summary({"node": "n7", "gpu": "0000:b7:00", "summary": "[critical] GPU has fallen off the "
+    ...     "bus on n7 GPU 0000:b7:00 (XID 79 x1), 1 evidence since 2024-01-12T11:22Z; open. Action: x"})
+    'GPU has fallen off the bus (XID 79 x1)'
+    """
+    text = summary_without_action(str(incident.get("summary", "")))
+    text = re.sub(r"^\[\w+\] ", "", text)
+    node, gpu = incident.get("node"), incident.get("gpu")
+    if gpu not in (None, "", -1):
+        text = text.replace(f" on {node} GPU {gpu}", "")
+    text = text.replace(f" on {node}", "")
+    return _SUMMARY_TAIL.sub("", text).rstrip(".")
+
+
+def _time(value: object) -> str:
+    """An ISO time as ``2024-01-03 10:00:00`` (UTC, to the second)."""
+    text = str(value or "?")
+    return text[:19].replace("T", " ") if len(text) >= 19 else text
+
+
+def format_line(incident: dict[str, Any], colour: bool, wide: bool = False) -> str:
+    """One console line for an incident message: compact (fits ``COMPACT_WIDTH`` columns) or wide.
+
+    The compact line is when it started, severity, kind, node/GPU, status and the summary cut to fit;
+    the wide one adds the number of updates, the whole summary and the suggested action.
+
+    >>> line = {"first_evidence": "2024-01-03T10:00:00.000Z", "severity": "critical",
+    ...         "kind": "gpu_bus", "node": "node7", "gpu": "0000:b7:00", "status": "open",
+    ...         "version": 6, "summary": "[critical] XID 79 on node7. Action: drain", "action": "drain"}
+    >>> format_line(line, colour=False).split()
+    ['2024-01-03', '10:00:00', 'CRITICAL', 'gpu_bus', 'node7/0000:b7:00', 'open', 'XID', '79']
+    >>> format_line(line, colour=False, wide=True).split("  ")[-1]
+    '[critical] XID 79 on node7. -> drain'
     """
     severity = str(incident.get("severity", "?"))
     status = str(incident.get("status", "?"))
-    gpu = incident.get("gpu")
-    where = f"{incident.get('node', '?')}{'' if gpu in (None, '', -1) else f'/{gpu}'}"
-    count = updates(incident)
-    text = str(incident.get("summary", ""))
-    if incident.get("action"):
-        text += f" -> {incident['action']}"
-    fields = (
-        f"{incident.get('first_evidence', '?')} {severity.upper():<8} {incident.get('kind', '?')!s:<16} "
-        f"{where:<22} {status:<9} {count} update{'' if count == 1 else 's'}  {text}"
+    head = (
+        f"{_time(incident.get('first_evidence'))} {severity.upper():<8} {incident.get('kind', '?')!s:<15} "
+        f"{_where(incident):<19} {status:<8}"
     )
+    if wide:
+        count = updates(incident)
+        text = summary_without_action(str(incident.get("summary", "")))
+        if incident.get("action"):
+            text += f" -> {incident['action']}"
+        fields = f"{head} {count} update{'' if count == 1 else 's'}  {text}"
+    else:
+        room = max(COMPACT_WIDTH - len(head) - 2, 20)
+        text = short_summary(incident)
+        fields = f"{head}  {text if len(text) <= room else text[: room - 1] + '…'}"
     if not colour:
         return fields
     tint = _COLOURS["resolved"] if status == "resolved" else _COLOURS.get(severity, "")
@@ -137,6 +194,7 @@ class TailOptions:
     follow: bool = True
     as_json: bool = False
     colour: bool = False
+    wide: bool = False
     only: IncidentFilter = IncidentFilter()
     connect_timeout_s: float = 15.0
 
@@ -217,20 +275,45 @@ async def _print_messages(
     ends: dict[TopicPartition, int],
     out: TextIO,
 ) -> int:
+    """Print lines as they arrive; without ``follow``, read to the ends first and print them in time
+    order (partitions are read side by side, so arrival order is partition by partition)."""
     news = _News()
+    held: list[tuple[tuple[str, str, str, int], str]] = []
     printed = 0
     while True:
         if not options.follow and all([await _reached(consumer, tp, end) for tp, end in ends.items()]):
-            return printed
+            held.sort(key=lambda item: item[0])
+            out.writelines(line + "\n" for _, line in held)
+            out.flush()
+            return len(held)
         batches = await consumer.getmany(timeout_ms=500, max_records=500)
         for messages in batches.values():
             for message in messages:
                 line = _line(message.value, options, news)
-                if line is not None:
+                if line is None:
+                    continue
+                if options.follow:
                     out.write(line + "\n")
                     printed += 1
-        if batches:
+                else:
+                    held.append((_order(message.value), line))
+        if batches and options.follow:
             out.flush()
+
+
+def _order(value: bytes | None) -> tuple[str, str, str, int]:
+    """Time order of an incident message: when the incident started, then its id and version (an
+    incident's updates stay together, in order); what is not an incident sorts first."""
+    try:
+        incident = orjson.loads(value or b"")
+        return (
+            str(incident.get("first_evidence", "")),
+            str(incident.get("last_evidence", "")),
+            str(incident.get("incident_id", "")),
+            int(incident.get("version", 0)),
+        )
+    except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
+        return ("", "", "", 0)
 
 
 async def _reached(consumer: AIOKafkaConsumer, tp: TopicPartition, end: int) -> bool:
@@ -247,7 +330,11 @@ def _line(value: bytes | None, options: TailOptions, news: Callable[[dict[str, A
     try:
         if not options.only(incident) or not news(incident):
             return None
-        return value.decode() if options.as_json and value else format_line(incident, options.colour)
+        return (
+            value.decode()
+            if options.as_json and value
+            else format_line(incident, options.colour, options.wide)
+        )
     except (TypeError, ValueError):  # a field of the wrong type: show it rather than stop the console
         return None if options.as_json else f"(malformed incident: {(value or b'')[:80]!r})"
 

@@ -16,7 +16,15 @@ from schemas.outputs import IncidentKind
 from stream.settings import Settings
 from stream.sinks.store import query_rows
 
-__all__ = ["LEMON_KIND", "PAPER_RF", "REPORT_STEPS", "build_report", "render_text"]
+__all__ = [
+    "LEMON_KIND",
+    "PAPER_RF",
+    "REPORT_STEPS",
+    "build_report",
+    "choose_mttf_windows",
+    "render_text",
+    "window_label",
+]
 
 #: The paper's measured rates (failures per 1000 node-days), shown for comparison.
 PAPER_RF = {"RSC-1 (16k A100)": 6.50, "RSC-2 (8k A100)": 2.34}
@@ -152,6 +160,34 @@ def _mttf_series(client: Client, db: str, window_seconds: int, windows: int) -> 
     for point in points:
         point["start"] = _ts(point["start"])
     return {"bin_seconds": width, "points": points}
+
+
+def _ettr_note(
+    expected: float, mttf_hours: float | None, checkpoint_minutes: float, restart_minutes: float
+) -> str | None:
+    """Why a job size makes little or no progress, in words (``None`` when it trains normally).
+
+    >>> _ettr_note(0.0, 0.1, 4.9, 10.0)
+    'no progress: a failure every 6 min, a restart takes 10 min'
+    """
+    if mttf_hours is None or expected >= 0.5:
+        return None
+    every = f"a failure every {_duration(mttf_hours * 60)}"
+    if expected <= 0:
+        if mttf_hours * 60 <= restart_minutes:
+            return f"no progress: {every}, a restart takes {_duration(restart_minutes)}"
+        lost = _duration(restart_minutes + checkpoint_minutes / 2)
+        return f"no progress: {every}, each costs {lost} (restart + half a checkpoint interval)"
+    return f"under half the time trains: {every}"
+
+
+def _duration(minutes: float) -> str:
+    """Minutes as a short duration: ``45 s``, ``6 min``, ``2.5 h``."""
+    if minutes < 1:
+        return f"{minutes * 60:.0f} s"
+    if minutes < 120:
+        return f"{minutes:.0f} min"
+    return f"{minutes / 60:.1f} h"
 
 
 def build_report(
@@ -291,14 +327,15 @@ def build_report(
         u0 = settings.restart_overhead_minutes / 60
         for gpus in settings.reference_sizes:
             interval = optimal_checkpoint_interval_hours(gpus, rf_per_day, w_cp, settings.gpus_per_node)
+            mttf = _finite(projected_mttf_hours(gpus, rf_per_day, settings.gpus_per_node))
+            expected = ettr(gpus, rf_per_day, interval, w_cp, u0, settings.gpus_per_node)
             guidance.append(
                 {
                     "gpus": gpus,
-                    "projected_mttf_hours": _finite(
-                        projected_mttf_hours(gpus, rf_per_day, settings.gpus_per_node)
-                    ),
+                    "projected_mttf_hours": mttf,
                     "optimal_checkpoint_minutes": _finite(interval * 60),
-                    "expected_ettr": ettr(gpus, rf_per_day, interval, w_cp, u0, settings.gpus_per_node),
+                    "expected_ettr": expected,
+                    "note": _ettr_note(expected, mttf, interval * 60, settings.restart_overhead_minutes),
                 }
             )
     return {
@@ -332,31 +369,98 @@ def _num(value: float | None, digits: int = 2) -> str:
     return f"{value:,.{digits}f}"
 
 
-def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
+def _table(
+    headers: list[str], rows: list[list[str]], left: frozenset[int] | set[int] = frozenset({0})
+) -> list[str]:
+    """Columns padded to their widest cell: the ``left`` ones left-aligned, the others (numbers) right."""
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-    line = "  ".join(
-        h.rjust(w) if i else h.ljust(w) for i, (h, w) in enumerate(zip(headers, widths, strict=True))
-    )
-    out = [line, "  ".join("-" * w for w in widths)]
-    for row in rows:
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(
+            c.ljust(w) if i in left else c.rjust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        )
+
+    return [line(headers), "  ".join("-" * w for w in widths), *(line(row) for row in rows)]
+
+
+#: The MTTF windows the text report shows by default: the longest window that still cuts the span
+#: into at least this many (1 d windows for weeks of data, 1 h windows for a day or two).
+MIN_WINDOWS_SHOWN = 7
+
+#: Open incidents listed by name in the text report (the rest: ``--json``, ``--html``).
+OPEN_INCIDENTS_SHOWN = 5
+
+
+def window_label(seconds: int) -> str:
+    """A window length as the report and ``--mttf-window`` spell it.
+
+    >>> window_label(86400), window_label(3600), window_label(90)
+    ('1d', '1h', '90s')
+    """
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def choose_mttf_windows(windows: list[dict[str, Any]], choice: str = "auto") -> list[dict[str, Any]]:
+    """The MTTF windows to print: ``auto`` (one, fitting the span), ``all``, or one length (``1h``).
+
+    Every window length sums the same exposure and failures; they differ in how finely the time
+    series and the per-window median cut the span, so one table is enough for a first look.
+    """
+    if choice == "all" or not windows:
+        return windows
+    if choice == "auto":
+        fitting = [w for w in windows if w["windows"] >= MIN_WINDOWS_SHOWN]
+        return [max(fitting, key=lambda w: w["window_seconds"]) if fitting else windows[0]]
+    chosen = [w for w in windows if window_label(w["window_seconds"]) == choice]
+    if not chosen:
+        known = ", ".join(window_label(w["window_seconds"]) for w in windows)
+        raise ValueError(f"--mttf-window {choice}: the store has MTTF windows of {known} (or auto, all)")
+    return chosen
+
+
+def _span_days(report: dict[str, Any]) -> float | None:
+    span = report["time_span"]
+    if not span.get("first") or not span.get("last"):
+        return None
+    first, last = (datetime.fromisoformat(span[k]) for k in ("first", "last"))
+    return (last - first).total_seconds() / 86400
+
+
+def _health(report: dict[str, Any]) -> list[str]:
+    """Is the cluster healthy: its failure rate beside the paper's, and what failures cost."""
+    out = []
+    rate = report["rf_per_1000_node_days"]
+    if rate is not None:
+        paper = report["paper_rf_per_1000_node_days"]
+        worst = max(paper.values())
+        verdict = (
+            f"{rate / worst:.1f}x the paper's worst cluster" if rate > worst else "within the paper's range"
+        )
         out.append(
-            "  ".join(
-                c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
-            )
+            f"Failure rate r_f = {rate:.2f} per 1000 node-days, {verdict} "
+            f"({', '.join(f'{name} {value:.2f}' for name, value in paper.items())})"
+        )
+    else:
+        out.append("No hardware-attributed job failures yet: r_f and MTTF are not defined.")
+    attribution = {bool(r["hardware"]): r for r in report["attribution"]}
+    if attribution:
+        hw = attribution.get(True, {"jobs": 0, "gpu_hours": 0.0})
+        other = attribution.get(False, {"jobs": 0, "gpu_hours": 0.0})
+        out.append(
+            f"Job failures (FAILED/NODE_FAIL): {hw['jobs']:,} of {hw['jobs'] + other['jobs']:,} attributed "
+            f"to hardware, {hw['gpu_hours']:,.0f} GPU-hours lost"
         )
     return out
 
 
-def render_text(report: dict[str, Any]) -> str:
-    """Render the report for a terminal."""
-    out: list[str] = []
+def _what_broke(report: dict[str, Any]) -> list[str]:
+    """Incidents by kind and severity, and the nodes with the most critical ones."""
     rows = report["rows"]
-    out.append(
-        f"Store {report['database']}: {rows['xid_events']:,} XID events, {rows['job_events']:,} job events, "
-        f"{rows['ecc_samples']:,} ECC samples (downsampled), {rows['dead_letters']:,} dead letters"
-    )
-    out.append("")
-    out.append(f"Incidents ({rows['incidents']:,})")
+    out = [f"Incidents ({rows['incidents']:,})"]
     out.extend(
         "  " + line
         for line in _table(
@@ -367,71 +471,116 @@ def render_text(report: dict[str, Any]) -> str:
             ],
         )
     )
-    if report["open_critical"]:
-        out.append("")
-        out.append("Open critical incidents (newest first)")
-        out.extend(f"  {r['incident_id']}  {r['summary']}" for r in report["open_critical"])
-    attribution = {bool(r["hardware"]): r for r in report["attribution"]}
-    if attribution:
-        hw = attribution.get(True, {"jobs": 0, "gpu_hours": 0.0})
-        other = attribution.get(False, {"jobs": 0, "gpu_hours": 0.0})
-        out.append("")
+    critical: dict[str, int] = {}
+    for incident in report["incident_list"]:
+        if incident["severity"] == "critical":
+            critical[incident["node"]] = critical.get(incident["node"], 0) + 1
+    if critical:
+        top = sorted(critical.items(), key=lambda item: (-item[1], item[0]))
+        shown = ", ".join(f"{node} ({n})" for node, n in top[:6])
+        more = f", {len(top) - 6} more" if len(top) > 6 else ""
+        out.append(f"  Critical incidents by node: {shown}{more}")
+    return out
+
+
+def _what_to_do(report: dict[str, Any]) -> list[str]:
+    """Open incidents, most severe first, each with its suggested action."""
+    open_now = [i for i in report["incident_list"] if i["status"] != "resolved" and i["severity"] != "info"]
+    if not open_now:
+        return ["Nothing to do: no critical or warn incident is open."]
+    out = [f"Open incidents: what to do ({len(open_now):,}, most severe first)"]
+    for incident in open_now[:OPEN_INCIDENTS_SHOWN]:
+        gpu = incident["gpu"]
+        where = f"{incident['node']}{f'/{gpu}' if gpu else ''}"
         out.append(
-            f"Job failures (FAILED/NODE_FAIL): {hw['jobs']:,} attributed to hardware "
-            f"({hw['gpu_hours']:,.0f} GPU-hours lost), {other['jobs']:,} not"
+            f"  {incident['severity']} {incident['kind']} on {where}, {incident['status']}, "
+            f"since {incident['first_evidence'][:16]}"
         )
-    for window in report["mttf"]:
-        out.append("")
-        seconds = window["window_seconds"]
-        label = f"{seconds // 86400} d" if seconds % 86400 == 0 else f"{seconds // 3600} h"
+        out.append(f"    -> {incident['action'] or '-'}")
+    if len(open_now) > OPEN_INCIDENTS_SHOWN:
         out.append(
-            f"MTTF windows of {label}: {window['windows']:,} windows "
-            f"from {window['first']} to {window['last']}"
+            f"  ... {len(open_now) - OPEN_INCIDENTS_SHOWN:,} more: faultstream report --json or --html"
         )
-        out.extend(
-            "  " + line
-            for line in _table(
-                ["job size (GPUs)", "node-days", "GPU-hours", "jobs", "failed", "hw failures", "r_f/1000 nd",
-                 "median window r_f", "MTTF h"],
-                [
-                    [
-                        b["size_bucket"], _num(b["node_hours"] / 24, 1), _num(b["gpu_hours"], 0),
-                        f"{b['jobs_ended']:,}", f"{b['jobs_failed']:,}", f"{b['failures']:,}",
-                        _num(b["rf_per_1000_node_days"]), _num(b["median_window_rf"]),
-                        _num(b["mttf_hours"], 1),
-                    ]
-                    for b in window["buckets"]
-                ],
-            )
-        )  # fmt: skip
-    out.append("")
-    if report["rf_per_1000_node_days"] is not None:
-        paper = ", ".join(f"{name} {rate}" for name, rate in report["paper_rf_per_1000_node_days"].items())
-        out.append(
-            f"Failure rate r_f = {report['rf_per_1000_node_days']:.2f} per 1000 node-days (paper: {paper})"
-        )
-        assumptions = report["ettr_assumptions"]
-        out.append(
-            f"ETTR guidance (checkpoint write {assumptions['checkpoint_write_minutes']} min, restart "
-            f"{assumptions['restart_overhead_minutes']} min)"
-        )
-        out.extend(
-            "  " + line
-            for line in _table(
-                ["job GPUs", "projected MTTF h", "best checkpoint every (min)", "expected ETTR"],
-                [
-                    [f"{g['gpus']:,}", _num(g["projected_mttf_hours"]),
-                     _num(g["optimal_checkpoint_minutes"], 1), _num(g["expected_ettr"], 3)]
-                    for g in report["ettr_guidance"]
-                ],
-            )
-        )  # fmt: skip
-    else:
-        out.append("No hardware-attributed failures yet: r_f and MTTF are not defined.")
+    return out
+
+
+def _mttf_table(window: dict[str, Any], others: list[str]) -> list[str]:
+    """One MTTF table; the per-window median r_f only when most windows saw a failure (else it is 0)."""
+    label = window_label(window["window_seconds"])
+    other = f" (other lengths: --mttf-window {', '.join(others)})" if others else ""
+    out = [
+        f"MTTF by job size, {label} windows: {window['windows']:,} from {window['first']} "
+        f"to {window['last']}{other}"
+    ]
+    median = any(b["median_window_rf"] for b in window["buckets"])
+    headers = ["job size (GPUs)", "node-days", "GPU-hours", "jobs", "failed", "hw failures", "r_f/1000 nd"]
+    headers += ["median window r_f"] * median + ["MTTF h"]
+    rows = []
+    for b in window["buckets"]:
+        row = [
+            b["size_bucket"], _num(b["node_hours"] / 24, 1), _num(b["gpu_hours"], 0), f"{b['jobs_ended']:,}",
+            f"{b['jobs_failed']:,}", f"{b['failures']:,}", _num(b["rf_per_1000_node_days"]),
+        ]  # fmt: skip
+        rows.append(row + [_num(b["median_window_rf"])] * median + [_num(b["mttf_hours"], 1)])
+    out.extend("  " + line for line in _table(headers, rows))
+    return out
+
+
+def _ettr_table(report: dict[str, Any]) -> list[str]:
+    """Checkpoint interval and expected ETTR per job size; a row that cannot progress says why."""
+    assumptions = report["ettr_assumptions"]
+    out = [
+        f"ETTR guidance from r_f (checkpoint write {assumptions['checkpoint_write_minutes']:g} min, restart "
+        f"{assumptions['restart_overhead_minutes']:g} min)"
+    ]
+    guidance = report["ettr_guidance"]
+    notes = any(g.get("note") for g in guidance)
+    headers = ["job GPUs", "projected MTTF h", "checkpoint every (min)", "expected ETTR"] + ["why"] * notes
+    rows = [
+        [f"{g['gpus']:,}", _num(g["projected_mttf_hours"]), _num(g["optimal_checkpoint_minutes"], 1),
+         _num(g["expected_ettr"], 3)] + [g.get("note") or ""] * notes
+        for g in guidance
+    ]  # fmt: skip
+    # the words of the last column read left to right
+    out.extend("  " + line.rstrip() for line in _table(headers, rows, left={0, 4}))
+    return out
+
+
+def render_text(report: dict[str, Any], mttf_window: str = "auto") -> str:
+    """Render the report for a terminal, in about one screen.
+
+    It answers, in order: is the cluster healthy (failure rate against the paper's clusters, job
+    failures attributed to hardware), what broke (incidents by kind, nodes with critical ones), what
+    to do (open incidents and their actions), what a job of each size can expect (MTTF, ETTR).
+    ``mttf_window`` picks the MTTF table (:func:`choose_mttf_windows`); ``--json`` has everything.
+    """
+    rows = report["rows"]
+    days = _span_days(report)
+    span = report["time_span"]
+    out = [
+        f"Store {report['database']}: {rows['xid_events']:,} XID events, {rows['job_events']:,} job events, "
+        f"{rows['ecc_samples']:,} ECC samples (downsampled), {rows['dead_letters']:,} dead letters",
+        f"  {days:,.1f} days of data, {span['first']} to {span['last']}"
+        if days is not None
+        else "  no data yet",
+        "",
+        *_health(report),
+        "",
+        *_what_broke(report),
+        "",
+        *_what_to_do(report),
+    ]
+    chosen = choose_mttf_windows(report["mttf"], mttf_window)
+    others = [window_label(w["window_seconds"]) for w in report["mttf"] if w not in chosen]
+    for window in chosen:
+        out += ["", *_mttf_table(window, others)]
+    if report["ettr_guidance"]:
+        out += ["", *_ettr_table(report)]
     if report["dead_letter_reasons"]:
         out.append("")
         out.append(
             "Dead letters by reason: "
             + ", ".join(f"{r['reason_class']} ({r['n']:,})" for r in report["dead_letter_reasons"])
         )
+    out += ["", "More: faultstream report --html report.html (charts, every incident), --json (all of it)"]
     return "\n".join(out)

@@ -1,4 +1,5 @@
-"""README is the configuration reference: it must name every setting, topic, table and column."""
+"""docs/configuration.md (README links it) is the configuration reference: it must name every setting,
+topic, table and column."""
 
 from __future__ import annotations
 
@@ -10,13 +11,13 @@ from schemas.ddl import ddl_statements
 from stream.kafka.topics import topic_specs
 from stream.settings import Settings
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+REFERENCE = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
 
 
 def section(title: str) -> str:
-    start = README.index(f"\n## {title}")
-    end = README.find("\n## ", start + 1)
-    return README[start : end if end > 0 else None]
+    start = REFERENCE.index(f"\n## {title}")
+    end = REFERENCE.find("\n## ", start + 1)
+    return REFERENCE[start : end if end > 0 else None]
 
 
 def test_every_setting_is_in_the_configuration_table_with_its_default() -> None:
@@ -27,17 +28,17 @@ def test_every_setting_is_in_the_configuration_table_with_its_default() -> None:
         prefix = name.rsplit("_", 1)[0]
         documented |= {prefix + suffix for suffix in re.findall(r"`(_\w+)`", more)}
     for env, _default, _doc in Settings.reference():
-        assert env in documented, f"{env} is missing from README's configuration table"
+        assert env in documented, f"{env} is missing from docs/configuration.md's table"
     rows = {m[0]: m[1] for m in re.findall(r"^\| `(FAULTSTREAM_\w+)` \| `([^`]*)` \|", table, re.M)}
     for env, default, _doc in Settings.reference():
         if env in rows:
-            assert rows[env] in (str(ast.literal_eval(default)), default), f"{env}: README says {rows[env]}"
+            assert rows[env] in (str(ast.literal_eval(default)), default), f"{env}: the docs say {rows[env]}"
 
 
 def test_every_topic_is_listed_with_its_key_and_config() -> None:
     topics = section("Configuration")
     for spec in topic_specs(Settings.from_env()):
-        assert f"`{spec.name}`" in topics, f"topic {spec.name} is missing from README"
+        assert f"`{spec.name}`" in topics, f"topic {spec.name} is missing from docs/configuration.md"
 
 
 def test_every_table_and_column_is_listed() -> None:
@@ -48,6 +49,6 @@ def test_every_table_and_column_is_listed() -> None:
             continue
         table, body = match.groups()
         line = next((row for row in outputs.splitlines() if row.startswith(f"- **`{table}`**")), None)
-        assert line is not None, f"table {table} has no column list in README"
+        assert line is not None, f"table {table} has no column list in docs/configuration.md"
         for column in re.findall(r"^\s+(\w+) ", body, re.M):
-            assert f"`{column}`" in line, f"{table}.{column} is missing from README"
+            assert f"`{column}`" in line, f"{table}.{column} is missing from docs/configuration.md"

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
+from types import SimpleNamespace
 
 import orjson
 import pytest
+from aiokafka import TopicPartition
 
 from stream.kafka.tail import (
+    COMPACT_WIDTH,
     IncidentFilter,
     TailError,
     TailOptions,
     _line,
     _News,
+    _print_messages,
     format_line,
     parse_since,
+    short_summary,
     updates,
 )
 
@@ -67,9 +73,87 @@ def test_repeats_and_older_versions_are_not_news() -> None:
 
 def test_a_line_says_when_what_where_and_what_to_do() -> None:
     line = format_line(incident(version=4), colour=False)
-    assert line.startswith("2024-01-03T10:00:00.000Z CRITICAL xid_fatal")
-    assert "node0007/3 " in line and "1 update " in line and line.endswith("-> drain the node")
-    assert format_line(incident(gpu=None, action=""), colour=False).endswith("bus")
+    assert line.startswith("2024-01-03 10:00:00 CRITICAL xid_fatal")
+    assert "node0007/3 " in line and line.endswith("XID 79: GPU has fallen off the bus")
+    wide = format_line(incident(version=4), colour=False, wide=True)
+    assert "node0007/3 " in wide and "1 update " in wide and wide.endswith("-> drain the node")
+    assert format_line(incident(gpu=None, action=""), colour=False, wide=True).endswith("bus")
+
+
+def test_the_action_is_printed_once() -> None:
+    summary = (
+        "[critical] Uncorrectable ECC error on node0039 GPU 0000:87:00, 1 evidence since "
+        "2024-01-11T18:00:00.000Z; resolved. Action: RESET_GPU: drain the node, reset the GPU"
+    )
+    message = incident(
+        gpu="0000:87:00", node="node0039", summary=summary, action="RESET_GPU: drain the node, reset the GPU"
+    )
+    wide = format_line(message, colour=False, wide=True)
+    assert wide.count("RESET_GPU") == 1 and wide.endswith(" -> RESET_GPU: drain the node, reset the GPU")
+    compact = format_line(message, colour=False)
+    assert "RESET_GPU" not in compact and compact.endswith("  Uncorrectable ECC error")
+
+
+def test_the_default_line_fits_120_columns() -> None:
+    long = incident(
+        kind="lemon_node",
+        gpu=None,
+        summary="[warn] Lemon node: signals far above the fleet over 28 d (xid_days 7 where 0.83 is usual, "
+        "hw_incidents 2 where 0.12 is usual) on node0007, 7 evidence since 2024-01-08T00:00:00.000Z; "
+        "updated. Action: drain the node and run full diagnostics",
+    )
+    line = format_line(long, colour=False)
+    assert len(line) == COMPACT_WIDTH and line.endswith("…")
+    assert short_summary(long).endswith("hw_incidents 2 where 0.12 is usual)")  # node, count, status: columns
+    assert len(format_line(incident(), colour=True)) <= COMPACT_WIDTH + 12  # colour codes are not columns
+
+
+class Records:
+    """What ``_print_messages`` uses of a consumer: ``getmany`` and ``position``."""
+
+    def __init__(self, partitions: dict[TopicPartition, list[bytes]]) -> None:
+        self.pending = {tp: list(values) for tp, values in partitions.items()}
+        self.read = dict.fromkeys(partitions, 0)
+
+    async def getmany(self, timeout_ms: int, max_records: int) -> dict[TopicPartition, list[object]]:
+        batch = {}
+        for tp, values in self.pending.items():  # one partition at a time, as a broker may deliver
+            if values:
+                batch[tp] = [SimpleNamespace(value=v) for v in values]
+                self.read[tp] += len(values)
+                self.pending[tp] = []
+                break
+        return batch
+
+    async def position(self, tp: TopicPartition) -> int:
+        return self.read[tp]
+
+
+def test_no_follow_prints_in_time_order_not_partition_by_partition() -> None:
+    p0, p1 = TopicPartition("t", 0), TopicPartition("t", 1)
+    messages = {
+        p0: [
+            orjson.dumps(incident(incident_id="a", node="n0", first_evidence=f"2024-01-0{d}T00:00:00Z"))
+            for d in (1, 5)
+        ],
+        p1: [
+            orjson.dumps(incident(incident_id="b", node="n1", first_evidence=f"2024-01-0{d}T00:00:00Z"))
+            for d in (2, 3)
+        ],
+    }
+    messages[p0][1] = orjson.dumps(
+        incident(incident_id="c", node="n0", first_evidence="2024-01-05T00:00:00Z")
+    )
+    messages[p1][1] = orjson.dumps(
+        incident(incident_id="d", node="n1", first_evidence="2024-01-03T00:00:00Z")
+    )
+    out = io.StringIO()
+    options = TailOptions("127.0.0.1:1", "t", follow=False)
+    printed = asyncio.run(_print_messages(Records(messages), options, {p0: 2, p1: 2}, out))  # type: ignore[arg-type]
+    assert printed == 4
+    assert [line[:10] for line in out.getvalue().splitlines()] == [
+        "2024-01-01", "2024-01-02", "2024-01-03", "2024-01-05",
+    ]  # fmt: skip
 
 
 def test_colour_by_severity_and_green_when_resolved() -> None:

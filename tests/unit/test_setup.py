@@ -1,0 +1,82 @@
+"""tests/setup, the set-up part of README's test command: it names what the machine lacks and how to
+install it, and with --check changes nothing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SETUP = ROOT / "tests" / "setup"
+# What tests/setup itself runs, besides the tools it checks.
+BASICS = ("bash", "env", "dirname", "sed", "head", "cut")
+
+
+def machine(tmp_path: Path, *, java: str | None = "17.0.15", mvn: bool = True) -> dict[str, str]:
+    """An environment whose PATH has the basics, this Python, and the given Java and Maven."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in BASICS:
+        found = shutil.which(name)
+        assert found, name
+        (bin_dir / name).symlink_to(found)
+    (bin_dir / "python3").symlink_to(sys.executable)
+    if java is not None:
+        (bin_dir / "java").write_text(f"#!/bin/sh\necho 'openjdk version \"{java}\" 2025-04-15' >&2\n")
+        (bin_dir / "java").chmod(0o755)
+    if mvn:
+        (bin_dir / "mvn").write_text("#!/bin/sh\necho 'Apache Maven 3.8.7'\n")
+        (bin_dir / "mvn").chmod(0o755)
+    (bin_dir / "chromium").write_text("#!/bin/sh\n")
+    (bin_dir / "chromium").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+    return {**env, "PATH": str(bin_dir), "VIRTUAL_ENV": sys.prefix}
+
+
+def setup(env: dict[str, str], *args: str, script: Path = SETUP) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(script), *args], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
+
+
+def test_a_ready_machine_passes_the_check(tmp_path: Path) -> None:
+    result = setup(machine(tmp_path), "--check")
+    assert result.returncode == 0, result.stderr
+    assert "setup: ready:" in result.stderr and f"virtualenv {sys.prefix}" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("machine_kwargs", "named", "how"),
+    [
+        ({"java": None}, "Java 17 (no java on PATH", "apt-get install -y openjdk-17-jre-headless"),
+        ({"java": "11.0.2"}, 'Java 17 or newer (found: openjdk version "11.0.2"', "openjdk-17-jre-headless"),
+        ({"mvn": False}, "Maven (no mvn on PATH", "apt-get install -y maven"),
+    ],
+)
+def test_a_missing_tool_is_named_with_how_to_install_it(
+    tmp_path: Path, machine_kwargs: dict[str, object], named: str, how: str
+) -> None:
+    result = setup(machine(tmp_path, **machine_kwargs))  # type: ignore[arg-type]
+    assert result.returncode == 1
+    assert "this machine lacks what the test suite needs" in result.stderr
+    assert named in result.stderr and how in result.stderr
+
+
+def test_without_a_virtualenv_the_check_says_what_it_would_install(tmp_path: Path) -> None:
+    clone = tmp_path / "clone"
+    (clone / "tests").mkdir(parents=True)
+    shutil.copy(SETUP, clone / "tests" / "setup")
+    shutil.copy(ROOT / "pyproject.toml", clone / "pyproject.toml")
+    env = machine(tmp_path)
+    del env["VIRTUAL_ENV"]
+    result = setup(env, "--check", script=clone / "tests" / "setup")
+    assert result.returncode == 0, result.stderr
+    assert f"would set up {clone / '.venv'}: python -m venv (if missing), then pip install -e '.[dev]'" in (
+        result.stderr
+    )
+    assert not (clone / ".venv").exists()  # --check changes nothing
