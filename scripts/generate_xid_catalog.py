@@ -91,13 +91,14 @@ def read_workbook(path: Path) -> dict[str, Any]:
         if row[1] is None:
             continue
         code = int(row[1])
+        flags = zip(GENERATIONS, row[4:8], strict=True)
         xids[code] = {
             "code": code,
             "mnemonic": _one_line(row[2]),
             "description": _one_line(row[3]),
             "immediate_action": _one_line(row[8]),
             "investigatory_action": _text(row[9]),
-            "applies_to": tuple(g for g, flag in zip(GENERATIONS, row[4:8], strict=True) if _text(flag) == "YES"),
+            "applies_to": tuple(generation for generation, flag in flags if _text(flag) == "YES"),
             "xid154_linkage": _text(row[10]),
             "trigger": _text(row[11]),
         }
