@@ -51,8 +51,8 @@ def _xid_row(event: XidEvent) -> list[Any]:
     info = classify_xid(event.xid)
     return [
         event.event_id, event.ts_ms, event.cluster, event.node, event.pci_bus_id, event.gpu, event.xid,
-        info.name, info.category.value, info.severity.value, info.hardware, event.pid, event.process,
-        event.message, event.source,
+        event.device, info.name, info.category.value, info.severity.value, info.hardware, event.pid,
+        event.process, event.message, event.source,
     ]  # fmt: skip
 
 

@@ -19,6 +19,8 @@ RECORDS = [
     XidEvent(ts_ms=1705314225123, cluster="c", node="n1", xid=48, pci_bus_id="0000:3b:00", gpu=2, pid=7,
              process="python", message="DBE"),
     XidEvent(ts_ms=0, cluster="c", node="n1", xid=79),
+    XidEvent(ts_ms=0, cluster="c", node="n1", xid=12028, pci_bus_id="0000:05:00", message="Non-fatal, Link 33",
+             device="nvswitch"),
     EccSample(ts_ms=1705314225000, cluster="c", node="n1", gpu=1, pci_bus_id="0000:07:00",
               counters={"sbe_volatile": 5, "remap_failure": 1}),
     EccSample(ts_ms=-1, cluster="c", node="n1", pci_bus_id="0000:07:00"),
