@@ -51,7 +51,7 @@ def test_bad_lines_are_dead_lettered_and_good_ones_kept(tmp_path: Path) -> None:
     )
     assert [json.loads(line) for line in kinds.stdout.splitlines()] == [
         {"kind": "gpu_bus", "severity": "critical"},
-        {"kind": "xid_unknown", "severity": "warn"},
+        {"kind": "xid_unknown", "severity": "info"},
     ]
 
 
