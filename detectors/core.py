@@ -172,6 +172,14 @@ class DetectionCore:
         self._cluster_of: dict[str, str] = {}
         self._next_lemon_ms: int | None = None
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickle, also a worker checkpoint from before the per-GPU XID context and the unknown-XID
+        day existed: they start empty (at worst one more unknown-XID incident, and a 63 right after
+        the restart read without the 48 before it), instead of the checkpoint being refused."""
+        state.setdefault("_recent_xids", {})
+        state.setdefault("_unknown_day", {})
+        self.__dict__.update(state)
+
     # -- public API --------------------------------------------------------------------------
 
     @property

@@ -558,7 +558,9 @@ def _nvlink5(entry: NvidiaXid, message: str) -> XidInfo:
         decoded = [r for r in candidates if any(_status_matches(r.error_status, bit) for bit in bits)]
     word = _FATALITY.search(message)
     fatal = None if word is None else not word.group(1).lower().startswith("non")
-    if decoded and (intr is not None or by_name):
+    # Decode when the registers are there; a named sub-component alone decides only when the
+    # line carries no Fatal/Non-fatal word (the word is the driver's own verdict).
+    if decoded and (intr is not None or (by_name and fatal is None)):
         row = max(decoded, key=lambda r: _RANK[r.action])
         action = row.action
         promoted = intr is not None and (

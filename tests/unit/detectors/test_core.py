@@ -331,3 +331,16 @@ def test_quiet_period_is_judged_on_event_time_not_on_how_far_the_watermark_got()
     first, second = statuses[0][0], statuses[-1][0]
     assert first != second
     assert (first, IncidentStatus.RESOLVED) in statuses
+
+
+def test_a_checkpoint_pickled_before_the_xid_context_existed_still_loads():
+    import pickle
+
+    core, _ = run_all([xid(T0, code=48)])
+    state = dict(core.__dict__)
+    del state["_recent_xids"], state["_unknown_day"]
+    old = DetectionCore.__new__(DetectionCore)
+    old.__setstate__(state)
+    restored = pickle.loads(pickle.dumps(old))
+    assert restored.process(xid(T0 + 1000, code=4242))
+    assert {i.kind for i in restored.drain().incidents} == {IncidentKind.XID_UNKNOWN}

@@ -181,6 +181,8 @@ NETIR = "NETIR_LINK_EVT Fatal XC0 i0 Link 04 ({intr} 0x00000000 0x00000000 0x000
         (147, "TREX Nonfatal XC0 i0 Link 00 (0x0000000e 0x80000000 0x0 0x0 0x0 0x0)", Severity.INFO),
         (146, "Fatal error, registers cut off", Severity.CRITICAL),
         (146, "Non-fatal error, registers cut off", Severity.INFO),
+        (144, "SAW_MVB Nonfatal XC0 i0 Link -1", Severity.INFO),  # named, no registers: the word decides
+        (144, "SAW_MVB Fatal XC0 i0 Link -1", Severity.CRITICAL),
     ],
 )
 def test_144_to_150_follow_the_fatal_word_and_nvidias_decode_sheet(code, message, severity):
