@@ -252,7 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     text = render(read_workbook(xlsx), source, sha256(xlsx))
     args.out.write_text(text, encoding="utf-8")
     # The checked-in module is ruff-formatted like the rest of the code.
-    subprocess.run([sys.executable, "-m", "ruff", "format", "--quiet", str(args.out)], check=True)
+    # (--config: the project's settings, also when --out lies outside the repository)
+    command = [sys.executable, "-m", "ruff", "format", "--quiet", "--config", str(ROOT / "pyproject.toml")]
+    subprocess.run([*command, str(args.out)], check=True)
     print(f"wrote {args.out} ({len(text.splitlines())} lines before formatting)")
     return 0
 
