@@ -347,7 +347,7 @@ class DetectionCore:
             and versions[-1].status is IncidentStatus.OPEN
         ):
             self._lemons.record(event.node, "hw_incidents", event.ts_ms)
-        if info.hardware and info.severity is Severity.CRITICAL:
+        if info.job_evidence:
             self._jobs.add_evidence(HardwareEvent(event.ts_ms, event.node, gpu, kind, event.xid))
 
     def _recent(self, event: XidEvent, gpu: str) -> tuple[int, ...]:

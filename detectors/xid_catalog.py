@@ -177,6 +177,9 @@ class Deviation:
         Why, and on what authority.
     severity, hardware, action, category
         The classification we give (``category`` None keeps the mnemonic's family).
+    job_evidence
+        Whether a line is hardware evidence for a failed job's attribution when that differs from
+        the rule (critical and hardware); None keeps the rule.
     """
 
     codes: tuple[int, ...]
@@ -188,6 +191,7 @@ class Deviation:
     hardware: bool
     action: str
     category: XidCategory | None = None
+    job_evidence: bool | None = None
 
 
 _UNUSED = tuple(code for code, x in sorted(XIDS.items()) if x.description == "Unused" and not x.applies_to)
@@ -230,13 +234,16 @@ DEVIATIONS: Final[tuple[Deviation, ...]] = (
     Deviation(
         codes=(94,),
         nvidia="RESTART_APP (contained memory error); 'reset the GPU when convenient'",
-        ours="warn, hardware: an incident without a page, so the reset is scheduled",
+        ours="warn, hardware: an incident without a page, so the reset is scheduled; still evidence that a "
+        "job that failed with it failed because of the hardware",
         reason="the program is restarted by its scheduler anyway; the GPU still carries a memory error and "
-        "NVIDIA recommends a reset when convenient, which an info record would let slip",
+        "NVIDIA recommends a reset when convenient, which an info record would let slip. The program it "
+        "killed died of a memory error, so the failure counts as a hardware failure (SPEC 4.4)",
         source="NVIDIA's catalog, XID 94 trigger conditions; " + _MEM_GUIDE,
         severity=_S.WARN,
         hardware=True,
         action="restart the job; reset the GPU at the next drain (NVIDIA: 'when convenient')",
+        job_evidence=True,
     ),
     Deviation(
         codes=(63,),
@@ -433,6 +440,20 @@ class XidInfo:
     mnemonic: str = ""
     applies_to: tuple[str, ...] = ()
     known: bool = True
+
+    @property
+    def job_evidence(self) -> bool:
+        """Whether the line is hardware evidence when a failed job is attributed (SPEC 4.4).
+
+        Critical hardware XIDs are; a deviation may say otherwise (94: a contained memory error
+        does not page, but the program it killed died of the hardware).
+
+        >>> classify_xid(79).job_evidence, classify_xid(94).job_evidence, classify_xid(92).job_evidence
+        (True, True, False)
+        """
+        if self.deviation is not None and self.deviation.job_evidence is not None:
+            return self.deviation.job_evidence
+        return self.hardware and self.severity is Severity.CRITICAL
 
 
 def _name(entry: NvidiaXid) -> str:

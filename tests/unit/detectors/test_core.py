@@ -344,3 +344,12 @@ def test_a_checkpoint_pickled_before_the_xid_context_existed_still_loads():
     restored = pickle.loads(pickle.dumps(old))
     assert restored.process(xid(T0 + 1000, code=4242))
     assert {i.kind for i in restored.drain().incidents} == {IncidentKind.XID_UNKNOWN}
+
+
+def test_a_contained_memory_error_does_not_page_but_attributes_the_failed_job():
+    attribution, out = failed_job_with_xid_at(-2 * MIN, code=94)
+    assert attribution.hardware and attribution.evidence_xids == (94,)
+    assert {(i.kind, i.severity) for i in out.incidents} == {
+        (IncidentKind.GPU_MEMORY, Severity.WARN),
+        (IncidentKind.JOB_HW_FAILURE, Severity.WARN),
+    }
