@@ -109,6 +109,7 @@ ACTION_POLICY: Final[dict[str, Policy]] = {
     "RESET_GPU": Policy(
         _S.CRITICAL, True, "drain the node, reset the GPU, run diagnostics before returning it"
     ),
+    # Not a bucket of NVIDIA's Xids sheet: what WORKFLOW_XID_48 (with 63/64) and XID 154 resolve to.
     "DRAIN_AND_RESET": Policy(
         _S.CRITICAL, True, "drain the GPU's jobs, then reset it (the row remap applies on reset)"
     ),

@@ -65,6 +65,8 @@ def run_explain(args: argparse.Namespace) -> int:
     int
         0 when every item was explained, 1 when some line did not parse (each says why).
     """
+    if not args.items and sys.stdin.isatty():
+        raise ValueError("explain what? give an XID code or a quoted kernel-log line, or pipe lines in")
     items: Iterable[str] = args.items or (line.rstrip("\r\n") for line in sys.stdin)
     options = ParseOptions(
         node=_NO_NODE,
