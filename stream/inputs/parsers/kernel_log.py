@@ -56,7 +56,9 @@ _SXID: Final = b"SXid"
 _XID_RE: Final = re.compile(
     r"NVRM: Xid\s*\(\s*(?P<id>[^()]*?)\s*\)\s*:\s*(?P<xid>\d+)\s*(?:,\s*(?P<rest>.*?))?\s*$"
 )
-_SXID_RE: Final = re.compile(r"SXid\s*\(\s*(?P<id>[^()]*?)\s*\)\s*:\s*(?P<xid>\d+)\s*(?:,\s*(?P<rest>.*?))?\s*$")
+_SXID_RE: Final = re.compile(
+    r"SXid\s*\(\s*(?P<id>[^()]*?)\s*\)\s*:\s*(?P<xid>\d+)\s*(?:,\s*(?P<rest>.*?))?\s*$"
+)
 _SWITCH_TAG_RE: Final = re.compile(r"nvidia-nvswitch\d*\s*:\s*$")
 _SXID_DETAIL: Final = ("Severity ", "Data {", "Data{")
 _GONE_RE: Final = re.compile(
@@ -66,7 +68,9 @@ _GONE_RE: Final = re.compile(
 _GONE_TEXT: Final = "fallen off the bus"
 _TWO_FIELD_RE: Final = re.compile(r"(?:PCI:)?(?P<domain>[0-9A-Fa-f]{4}):(?P<bus>[0-9A-Fa-f]{2})")
 # What people put in place of an id they hide: dots, x's, stars, a word in brackets.
-_REDACTED_RE: Final = re.compile(r"(?:PCI:?)?[\s.xX*#?_:-]*(?:<?(?:redacted|hidden|removed|id)>?)?[\s.xX*#?_:-]*", re.I)
+_REDACTED_RE: Final = re.compile(
+    r"(?:PCI:?)?[\s.xX*#?_:-]*(?:<?(?:redacted|hidden|removed|id)>?)?[\s.xX*#?_:-]*", re.IGNORECASE
+)
 # ``pid=1234, name=python, `` (each part optional, quotes and <unknown> tolerated).
 _PID_RE: Final = re.compile(r"pid\s*=\s*'?(?P<pid><unknown>|\d+)'?\s*(?:,\s*|$)")
 _NAME_RE: Final = re.compile(r"name\s*=\s*(?P<name>[^,]*?)\s*(?:,\s*|$)")
@@ -270,7 +274,8 @@ class _KernelLogParser:
             prefix = prefix_bytes.decode("utf-8")
         except UnicodeDecodeError:
             yield from self._flush()
-            yield invalid("invalid UTF-8 in the time stamp or host of a driver line", raw, self.source, line_no)
+            reason = "invalid UTF-8 in the time stamp or host of a driver line"
+            yield invalid(reason, raw, self.source, line_no)
             return
         if payload.device == "nvswitch":
             prefix = _SWITCH_TAG_RE.sub("", prefix)

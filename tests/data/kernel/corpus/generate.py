@@ -117,7 +117,9 @@ def events(rng: random.Random, host: str, count: int, start: datetime, most_s: i
         ts += timedelta(seconds=rng.randint(0, most_s), microseconds=rng.randint(1, 999_999))
         if rng.random() < 0.25:
             code = rng.choice(sorted(SXID_MESSAGES))
-            out.append(Event(ts, host, code, rng.choice(SWITCH_PCI), "nvswitch", None, "", SXID_MESSAGES[code]))
+            out.append(
+                Event(ts, host, code, rng.choice(SWITCH_PCI), "nvswitch", None, "", SXID_MESSAGES[code])
+            )
         else:
             code = rng.choice(sorted(GPU_MESSAGES))
             pid = rng.choice([None, rng.randint(1000, 4_000_000)])
@@ -185,7 +187,7 @@ def write_shape(name: str, rng: random.Random, host: str, line_of, *, exact_ms: 
     out = Writer(name, exact_ms)
     for event in events(rng, host, count, BOOT + timedelta(minutes=rng.randint(1, 600))):
         if rng.random() < 0.5:
-            noise_prefix, noise_line = line_of(event, rng.choice(NOISE))
+            _, noise_line = line_of(event, rng.choice(NOISE))
             out.noise(noise_line)
         prefix, line = line_of(event, event.text())
         out.event(line, event, node)
@@ -232,7 +234,9 @@ def main() -> None:
                    "sv_SE", "tr_TR", "ja_JP", "zh_CN"):  # fmt: skip
         abmon, abday = glibc(locale)
 
-        def ctime(event: Event, text: str, abmon: list[str] = abmon, abday: list[str] = abday) -> tuple[str, str]:
+        def ctime(
+            event: Event, text: str, abmon: list[str] = abmon, abday: list[str] = abday
+        ) -> tuple[str, str]:
             ts = event.ts
             weekday = abday[(ts.weekday() + 1) % 7]
             prefix = f"[{weekday} {abmon[ts.month - 1]} {ts.day:2d} {ts:%H:%M:%S} {ts.year}] "
@@ -346,7 +350,9 @@ def main() -> None:
         if index % 3 == 0:  # the two-field id of old drivers: domain and bus
             out.event(prefix + event.text(pci_text=event.pci[:7]), event)
         elif index % 3 == 1:  # redacted before posting: no PCI id to read
-            out.event(prefix + event.text(pci_text=rng.choice(["...", "xxxx:xx:xx", "<redacted>"])), event, pci="")
+            out.event(
+                prefix + event.text(pci_text=rng.choice(["...", "xxxx:xx:xx", "<redacted>"])), event, pci=""
+            )
         else:
             out.event(prefix + event.text(pci_text=event.pci.upper() + ".0"), event)
     out.write()

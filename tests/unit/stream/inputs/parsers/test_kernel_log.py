@@ -473,7 +473,11 @@ ISSUE_SHAPES = [
 def test_issue_13_shapes(line: bytes, options: ParseOptions, ts: str, node: str, xid: int, pci: str) -> None:
     event = one(line, options)
     assert (event.ts_ms, event.node, event.xid, event.pci_bus_id, event.device) == (
-        parse_ts(ts), node, xid, pci, "gpu"
+        parse_ts(ts),
+        node,
+        xid,
+        pci,
+        "gpu",
     )
 
 
@@ -499,7 +503,11 @@ def test_sxid_lines_are_nvswitch_events_and_their_detail_lines_fold_in() -> None
 def test_fallen_off_the_bus_without_a_number_is_xid_79_once_per_failure() -> None:
     alone = b"[Mon Jan 15 10:23:45 2024] NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus."
     event = one(alone, ParseOptions())
-    assert (event.xid, event.pci_bus_id, event.message) == (79, "0000:3b:00", alone.split(b"NVRM: ")[1].decode())
+    assert (event.xid, event.pci_bus_id, event.message) == (
+        79,
+        "0000:3b:00",
+        alone.split(b"NVRM: ")[1].decode(),
+    )
     xid = b"[Mon Jan 15 10:23:45 2024] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python, GPU has fallen off the bus."
     for lines in ([xid, alone], [alone, xid]):  # the driver prints both; either order is one failure
         events, dead = split(parse_kernel_log(lines, ParseOptions(), "n1.log"))
@@ -507,7 +515,9 @@ def test_fallen_off_the_bus_without_a_number_is_xid_79_once_per_failure() -> Non
     other_gpu = alone.replace(b"3b:00.0", b"86:00.0")
     events, _ = split(parse_kernel_log([xid, other_gpu], ParseOptions(), "n1.log"))
     assert [e.pci_bus_id for e in events] == ["0000:3b:00", "0000:86:00"]
-    old_driver = b"[Mon Jan 15 10:23:45 2024] NVRM: The NVIDIA GPU 0000:3b:00.0 (PCI ID: 10de:20b0) installed "
+    old_driver = (
+        b"[Mon Jan 15 10:23:45 2024] NVRM: The NVIDIA GPU 0000:3b:00.0 (PCI ID: 10de:20b0) installed "
+    )
     old_driver += b"in this system has fallen off the bus and is not responding to commands."
     assert one(old_driver, ParseOptions()).xid == 79
 
@@ -525,7 +535,11 @@ def test_indented_continuation_lines_are_joined_into_the_message() -> None:
     events, dead = split(parse_kernel_log(lines, ParseOptions(), "n1.log"))
     assert dead == []
     assert [(e.xid, e.message, e.source) for e in events] == [
-        (13, "Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0): Out Of Range Address second part", "n1.log:1"),
+        (
+            13,
+            "Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0): Out Of Range Address second part",
+            "n1.log:1",
+        ),
         (79, "GPU 0000:86:00.0: GPU has fallen off the bus.", "n1.log:4"),
     ]
 
@@ -540,7 +554,9 @@ def test_dmesg_reltime_is_placed_to_the_minute_with_a_year() -> None:
     events, dead = split(parse_kernel_log(lines, ParseOptions(year=2024), "n1.log"))
     assert dead == []
     assert [e.ts_ms for e in events] == [
-        parse_ts("2024-01-15T10:23:01.500Z"), parse_ts("2024-01-15T10:23:03.500Z"), parse_ts("2024-01-15T10:25:00Z")
+        parse_ts("2024-01-15T10:23:01.500Z"),
+        parse_ts("2024-01-15T10:23:03.500Z"),
+        parse_ts("2024-01-15T10:25:00Z"),
     ]
     events, dead = split(parse_kernel_log(lines, ParseOptions(), "n1.log"))
     assert events == [] and len(dead) == 1 and "pass --year" in dead[0].reason
@@ -558,5 +574,7 @@ def test_a_file_level_cause_is_one_dead_letter_naming_its_lines() -> None:
 
 
 def test_short_full_with_a_zone_that_is_not_the_timezone_option_asks_for_it() -> None:
-    dead = one_dead(b"Tue 2025-01-21 05:41:44 CET gpu7 kernel: NVRM: Xid (PCI:0000:3b:00): 79, x", ParseOptions())
+    dead = one_dead(
+        b"Tue 2025-01-21 05:41:44 CET gpu7 kernel: NVRM: Xid (PCI:0000:3b:00): 79, x", ParseOptions()
+    )
     assert "pass --timezone" in dead.reason
