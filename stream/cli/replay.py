@@ -157,6 +157,7 @@ def run_replay(args: argparse.Namespace) -> int:
             "records": dict(s.records),
             "dead_letters": s.dead_letters,
             "late": s.late,
+            "notes": s.notes,
         }
         for s in summary.sources
     ]
@@ -184,6 +185,8 @@ def run_replay(args: argparse.Namespace) -> int:
             f"  {source['file']} [{source['format']}]: {records}; {source['dead_letters']:,} dead letters, "
             f"{source['late']:,} late\n"
         )
+        for note in source["notes"]:
+            out.write(f"    note: {note}\n")
     if summary.dead_letters and dead_letter_file is not None:
         out.write(f"Dead letters also written to {dead_letter_file}\n")
     out.write("Incidents from this replay: ")
@@ -233,9 +236,13 @@ def _publish(args: argparse.Namespace, settings: Settings, options: ParseOptions
                 "messages": summary.messages,
                 "dead_letters": summary.dead_letters,
                 "seconds": summary.seconds,
+                "notes": {source.path: source.notes for source in summary.sources if source.notes},
             }
         )
         return 0
+    for source in summary.sources:
+        for note in source.notes:
+            sys.stdout.write(f"{source.path}: note: {note}\n")
     sys.stdout.write(
         f"Published {total:,} records to {settings.kafka_bootstrap} in {summary.seconds:.1f} s "
         f"({total / max(summary.seconds, 1e-9):,.0f}/s): "
