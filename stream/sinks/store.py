@@ -64,7 +64,7 @@ _CLICKHOUSE_MESSAGE_RE: Final = re.compile(r"Code: \d+\..*", re.S)
 
 
 def clickhouse_message(exc: BaseException) -> str:
-    """ClickHouse's message of a failed statement, on one line, without the driver's wrapping.
+    r"""ClickHouse's message of a failed statement, on one line, without the driver's wrapping.
 
     clickhouse-connect wraps it (``HTTPDriver for ... received ClickHouse error code 62``) and the
     statement it sent has ``FORMAT Native`` appended, which the user never wrote.
