@@ -158,6 +158,7 @@ def run_replay(args: argparse.Namespace) -> int:
             "dead_letters": s.dead_letters,
             "late": s.late,
             "notes": s.notes,
+            "first_dead_letter": s.first_reason,
         }
         for s in summary.sources
     ]
@@ -187,6 +188,8 @@ def run_replay(args: argparse.Namespace) -> int:
         )
         for note in source["notes"]:
             out.write(f"    note: {note}\n")
+        if not source["records"] and source["first_dead_letter"]:  # nothing read: say why at once
+            out.write(f"    first dead letter: {source['first_dead_letter']}\n")
     if summary.dead_letters and dead_letter_file is not None:
         out.write(f"Dead letters also written to {dead_letter_file}\n")
     out.write("Incidents from this replay: ")

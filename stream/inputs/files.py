@@ -42,6 +42,8 @@ class SourceStats:
     late: int = 0
     #: What was assumed to read the file (a DCGM scrape placed at its modification time), for the summary.
     notes: list[str] = field(default_factory=list)
+    #: The reason of the file's first dead letter: the summary shows it when nothing was read.
+    first_reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
