@@ -150,7 +150,7 @@ def run_replay(args: argparse.Namespace) -> int:
     finally:
         bar.close()
     report = build_report(client, settings)
-    per_source = [
+    per_source: list[dict[str, Any]] = [
         {
             "file": s.path,
             "format": s.fmt,
