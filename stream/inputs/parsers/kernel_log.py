@@ -252,7 +252,7 @@ class _KernelLogParser:
         if not has_nvrm and _SXID not in line:
             return self._flushed()
         raw = strip_eol(line)
-        # Pasting wrappers are rare: three scans in C decide whether to look for them at all.
+        # Pasting wrappers are rare: a few scans in C decide whether to look for them at all.
         text = _unwrap(raw) if b"`" in raw or b"*" in raw or b">" in raw[:16] or b"~~~" in raw else raw
         marker = text.find(_NVRM) if has_nvrm else -1
         if marker < 0:
