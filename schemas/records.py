@@ -404,6 +404,19 @@ ECC_COUNTERS: Final[dict[str, int]] = {
 }
 
 
+#: DCGM's blank sentinels ("no value": not supported, not found, not permitted) are values at or
+#: above these (``dcgm_structs.h``: ``DCGM_INT32_BLANK`` 0x7ffffff0 up to the int32 maximum, and
+#: ``DCGM_FP64_BLANK`` 2**47, below every ``DCGM_INT64_BLANK``). An ECC counter there is not a count:
+#: the schema refuses it, so no sentinel is ever stored whatever produced the record.
+_INT32_BLANK: Final = 0x7FFFFFF0
+_INT32_MAX: Final = 0x7FFFFFFF
+_FP64_BLANK: Final = 0x800000000000
+
+
+def _is_blank(count: int) -> bool:
+    return count >= _INT32_BLANK and (count <= _INT32_MAX or count >= _FP64_BLANK)
+
+
 @dataclass(frozen=True, slots=True)
 class EccSample:
     """A snapshot of one GPU's ECC counters.
@@ -495,7 +508,7 @@ class EccSample:
                 and raw_counters.keys() <= _ECC_COUNTER_NAMES
             ):
                 for count in raw_counters.values():
-                    if type(count) is not int or count < 0:
+                    if type(count) is not int or count < 0 or (count >= _INT32_BLANK and _is_blank(count)):
                         break
                 else:
                     twin = _ECC_TWIN()
@@ -524,6 +537,11 @@ class EccSample:
                 raise InvalidRecord(f"unknown ECC counter '{name}' (known: {', '.join(ECC_COUNTERS)})")
             if isinstance(count, bool) or not isinstance(count, int) or count < 0:
                 raise InvalidRecord(f"ECC counter '{name}' must be a non-negative integer, got {count!r}")
+            if _is_blank(count):
+                raise InvalidRecord(
+                    f"ECC counter '{name}' is {count}, a DCGM blank sentinel ('no value'), not a count: "
+                    "leave the counter out"
+                )
             counters[name] = count
         sample = cls(
             ts_ms=_ts(data, "ts") or 0,

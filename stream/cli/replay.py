@@ -150,13 +150,15 @@ def run_replay(args: argparse.Namespace) -> int:
     finally:
         bar.close()
     report = build_report(client, settings)
-    per_source = [
+    per_source: list[dict[str, Any]] = [
         {
             "file": s.path,
             "format": s.fmt,
             "records": dict(s.records),
             "dead_letters": s.dead_letters,
             "late": s.late,
+            "notes": s.notes,
+            "first_dead_letter": s.first_reason,
         }
         for s in summary.sources
     ]
@@ -184,6 +186,10 @@ def run_replay(args: argparse.Namespace) -> int:
             f"  {source['file']} [{source['format']}]: {records}; {source['dead_letters']:,} dead letters, "
             f"{source['late']:,} late\n"
         )
+        for note in source["notes"]:
+            out.write(f"    note: {note}\n")
+        if not source["records"] and source["first_dead_letter"]:  # nothing read: say why at once
+            out.write(f"    first dead letter: {source['first_dead_letter']}\n")
     if summary.dead_letters and dead_letter_file is not None:
         out.write(f"Dead letters also written to {dead_letter_file}\n")
     out.write("Incidents from this replay: ")
@@ -233,9 +239,13 @@ def _publish(args: argparse.Namespace, settings: Settings, options: ParseOptions
                 "messages": summary.messages,
                 "dead_letters": summary.dead_letters,
                 "seconds": summary.seconds,
+                "notes": {source.path: source.notes for source in summary.sources if source.notes},
             }
         )
         return 0
+    for source in summary.sources:
+        for note in source.notes:
+            sys.stdout.write(f"{source.path}: note: {note}\n")
     sys.stdout.write(
         f"Published {total:,} records to {settings.kafka_bootstrap} in {summary.seconds:.1f} s "
         f"({total / max(summary.seconds, 1e-9):,.0f}/s): "

@@ -56,7 +56,9 @@ _SXID: Final = b"SXid"
 _XID_RE: Final = re.compile(
     r"NVRM: Xid\s*\(\s*(?P<id>[^()]*?)\s*\)\s*:\s*(?P<xid>\d+)\s*(?:,\s*(?P<rest>.*?))?\s*$"
 )
-_SXID_RE: Final = re.compile(r"SXid\s*\(\s*(?P<id>[^()]*?)\s*\)\s*:\s*(?P<xid>\d+)\s*(?:,\s*(?P<rest>.*?))?\s*$")
+_SXID_RE: Final = re.compile(
+    r"SXid\s*\(\s*(?P<id>[^()]*?)\s*\)\s*:\s*(?P<xid>\d+)\s*(?:,\s*(?P<rest>.*?))?\s*$"
+)
 _SWITCH_TAG_RE: Final = re.compile(r"nvidia-nvswitch\d*\s*:\s*$")
 _SXID_DETAIL: Final = ("Severity ", "Data {", "Data{")
 _GONE_RE: Final = re.compile(
@@ -66,7 +68,9 @@ _GONE_RE: Final = re.compile(
 _GONE_TEXT: Final = "fallen off the bus"
 _TWO_FIELD_RE: Final = re.compile(r"(?:PCI:)?(?P<domain>[0-9A-Fa-f]{4}):(?P<bus>[0-9A-Fa-f]{2})")
 # What people put in place of an id they hide: dots, x's, stars, a word in brackets.
-_REDACTED_RE: Final = re.compile(r"(?:PCI:?)?[\s.xX*#?_:-]*(?:<?(?:redacted|hidden|removed|id)>?)?[\s.xX*#?_:-]*", re.I)
+_REDACTED_RE: Final = re.compile(
+    r"(?:PCI:?)?[\s.xX*#?_:-]*(?:<?(?:redacted|hidden|removed|id)>?)?[\s.xX*#?_:-]*", re.IGNORECASE
+)
 # ``pid=1234, name=python, `` (each part optional, quotes and <unknown> tolerated).
 _PID_RE: Final = re.compile(r"pid\s*=\s*'?(?P<pid><unknown>|\d+)'?\s*(?:,\s*|$)")
 _NAME_RE: Final = re.compile(r"name\s*=\s*(?P<name>[^,]*?)\s*(?:,\s*|$)")
@@ -82,6 +86,10 @@ _FENCE_TAGS: Final = frozenset(
 )
 # A line that starts a new record, so cannot be the continuation of the previous one.
 _RECORD_START_RE: Final = re.compile(rb"^(?:\[|<\d|\d{4}-\d\d-\d\d|\d{9,11}\.|[^\W\d_]{2,7}\.? +\d{1,2} +\d)")
+
+
+# The first byte of a line that may continue a message: indentation, or a paste's quote or backtick.
+_CONTINUATION_STARTS: Final = (b" ", b"\t", b">", b"`")
 
 
 def _unwrap(line: bytes) -> bytes:
@@ -200,6 +208,8 @@ class _Pending:
     more: list[str] = field(default_factory=list)
 
     def message(self) -> str:
+        if not self.more:
+            return self.payload.message
         return " ".join(part for part in (self.payload.message, *self.more) if part)
 
 
@@ -230,24 +240,25 @@ class _KernelLogParser:
         self.recent_gone: dict[tuple[str, str], int] = {}  # (node, pci) -> time of its last XID 79
         self.file_causes: dict[str, _FileCauseCount] = {}
 
-    def feed(self, line_no: int, line: bytes) -> Iterator[XidEvent | InvalidRecord]:
-        self.times.observe(line)
+    def feed(self, line_no: int, line: bytes) -> list[XidEvent | InvalidRecord]:
+        """Read one line (after :meth:`KernelTimes.observe`); return what it completes.
+
+        A list, not a generator: this runs for every driver line, and most return nothing.
+        """
         pending = self.pending
         if pending is not None and self._continues(line, pending):
-            return
+            return []
         has_nvrm = _NVRM in line
         if not has_nvrm and _SXID not in line:
-            if pending is not None:
-                yield from self._flush()
-            return
+            return self._flushed()
         raw = strip_eol(line)
-        text = _unwrap(raw)
+        # Pasting wrappers are rare: a few scans in C decide whether to look for them at all.
+        text = _unwrap(raw) if b"`" in raw or b"*" in raw or b">" in raw[:16] or b"~~~" in raw else raw
         marker = text.find(_NVRM) if has_nvrm else -1
         if marker < 0:
             marker = text.find(_SXID)
             if marker < 0:
-                yield from self._flush()
-                return
+                return self._flushed()
         payload_text, clean = _decode(text[marker:])
         payload: _Payload | str | None
         if text.startswith(b"NVRM: Xid", marker):
@@ -257,50 +268,47 @@ class _KernelLogParser:
         else:
             payload = _gone_payload(payload_text)
             if payload is None:  # another driver message: irrelevant
-                yield from self._flush()
-                return
+                return self._flushed()
         if isinstance(payload, str):
-            yield from self._flush()
             if not clean:
                 payload = f"invalid UTF-8 in a driver line: {payload}"
-            yield invalid(payload, raw, self.source, line_no)
-            return
+            return [*self._flushed(), invalid(payload, raw, self.source, line_no)]
         prefix_bytes = text[:marker]
         try:
             prefix = prefix_bytes.decode("utf-8")
         except UnicodeDecodeError:
-            yield from self._flush()
-            yield invalid("invalid UTF-8 in the time stamp or host of a driver line", raw, self.source, line_no)
-            return
+            reason = "invalid UTF-8 in the time stamp or host of a driver line"
+            return [*self._flushed(), invalid(reason, raw, self.source, line_no)]
         if payload.device == "nvswitch":
             prefix = _SWITCH_TAG_RE.sub("", prefix)
         stamp = self.times.prefix(prefix)
         if isinstance(stamp, str):
-            yield from self._flush()
+            out = self._flushed()
             if payload.gone and _GONE_TEXT not in payload.message:
-                return  # only a GPU's name: nothing to place
+                return out  # only a GPU's name: nothing to place
             if isinstance(stamp, FileCause):
                 self._count_file_cause(stamp, line_no, raw)
             else:
-                yield invalid(stamp, raw, self.source, line_no)
-            return
+                out.append(invalid(stamp, raw, self.source, line_no))
+            return out
         ts_ms, host = stamp
         node = host or self.fallback_node
         if not node:
-            yield from self._flush()
-            yield invalid("no node name in the line or the file name: pass --node", raw, self.source, line_no)
-            return
+            reason = "no node name in the line or the file name: pass --node"
+            return [*self._flushed(), invalid(reason, raw, self.source, line_no)]
         if pending is not None and self._folds_into(pending, payload, node):
             pending.more.append(payload.message)
-            return
+            return []
         if pending is not None and pending.payload.gone and self._same_failure(pending, payload, node, ts_ms):
             self.pending = None  # the fallen-off message of this XID 79, printed just before it
-        yield from self._flush()
+        out = self._flushed()
         indent = len(text) - len(text.lstrip(b" \t"))
         self.pending = _Pending(payload, ts_ms, node, line_no, indent)
+        return out
 
     def finish(self) -> Iterator[XidEvent | InvalidRecord]:
-        yield from self._flush()
+        """What the end of the file completes: the pending event, then the file's causes."""
+        yield from self._flushed()
         for reason, count in self.file_causes.items():
             if count.lines == 1:
                 yield invalid(reason, count.raw, self.source, count.first_line)
@@ -322,6 +330,8 @@ class _KernelLogParser:
     @staticmethod
     def _continues(line: bytes, pending: _Pending) -> bool:
         """Whether ``line`` continues the pending message (indented under it), and if so take it."""
+        if line[:1] not in _CONTINUATION_STARTS:  # most lines: a new record, at once
+            return False
         text = strip_eol(line)
         if b">" in text[:16] or b"`" in text:
             text = _unwrap(text)
@@ -355,23 +365,24 @@ class _KernelLogParser:
             and abs(ts_ms - pending.ts_ms) <= _GONE_WINDOW_MS
         )
 
-    def _flush(self) -> Iterator[XidEvent]:
+    def _flushed(self) -> list[XidEvent | InvalidRecord]:
+        """The pending event as a new list (empty when there is none or it is dropped)."""
         pending = self.pending
         if pending is None:
-            return
+            return []
         self.pending = None
         payload = pending.payload
         message = pending.message()
         key = (pending.node, payload.pci)
         if payload.gone:
             if _GONE_TEXT not in message:
-                return  # a GPU named for another reason (``NVRM: GPU at PCI:...: GPU-uuid``)
+                return []  # a GPU named for another reason (``NVRM: GPU at PCI:...: GPU-uuid``)
             last = self.recent_gone.get(key)
             if last is not None and abs(pending.ts_ms - last) <= _GONE_WINDOW_MS:
-                return  # the same failure as the XID 79 just before it
+                return []  # the same failure as the XID 79 just before it
         if payload.xid == GONE_XID and payload.device == "gpu":
             self.recent_gone[key] = pending.ts_ms
-        yield XidEvent(
+        event = XidEvent(
             ts_ms=pending.ts_ms,
             cluster=self.cluster,
             node=pending.node,
@@ -383,6 +394,7 @@ class _KernelLogParser:
             source=f"{self.source}:{pending.line_no}",
             device=payload.device,
         )
+        return [event]
 
 
 def parse_kernel_log(
@@ -418,6 +430,15 @@ def parse_kernel_log(
     ('nvswitch', 12028, '0000:05:00', None, 'Non-fatal')
     """
     parser = _KernelLogParser(options, source)
+    observe = parser.times.observe
     for line_no, line in enumerate(lines, 1):
-        yield from parser.feed(line_no, line)
+        if b"[" in line[:24]:  # dmesg --reltime stamps count on every line (cheap test first)
+            observe(line)
+        # Most kernel lines are someone else's: skip them here, without a call, unless they may
+        # continue a pending message.
+        if parser.pending is None and _NVRM not in line and _SXID not in line:
+            continue
+        out = parser.feed(line_no, line)
+        if out:
+            yield from out
     yield from parser.finish()

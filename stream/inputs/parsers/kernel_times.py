@@ -61,7 +61,8 @@ class FileCause(str):
 MONTH_ABBREVIATIONS: Final[dict[str, tuple[str, ...]]] = {
     "en_US": ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"),
     "de_DE": ("Jan", "Feb", "Mär", "Apr", "Mai", "Jun", "Jul", "Aug", "Sep", "Okt", "Nov", "Dez"),
-    "fr_FR": ("janv.", "févr.", "mars", "avril", "mai", "juin", "juil.", "août", "sept.", "oct.", "nov.", "déc."),
+    "fr_FR": ("janv.", "févr.", "mars", "avril", "mai", "juin", "juil.", "août", "sept.", "oct.", "nov.",
+              "déc."),
     "es_ES": ("ene", "feb", "mar", "abr", "may", "jun", "jul", "ago", "sep", "oct", "nov", "dic"),
     "it_IT": ("gen", "feb", "mar", "apr", "mag", "giu", "lug", "ago", "set", "ott", "nov", "dic"),
     "pt_BR": ("jan", "fev", "mar", "abr", "mai", "jun", "jul", "ago", "set", "out", "nov", "dez"),
@@ -79,7 +80,7 @@ MONTH_ABBREVIATIONS: Final[dict[str, tuple[str, ...]]] = {
     "tr_TR": ("Oca", "Şub", "Mar", "Nis", "May", "Haz", "Tem", "Ağu", "Eyl", "Eki", "Kas", "Ara"),
     "ru_RU": ("янв", "фев", "мар", "апр", "мая", "июн", "июл", "авг", "сен", "окт", "ноя", "дек"),
     "ru_RU alt": ("янв", "фев", "мар", "апр", "май", "июн", "июл", "авг", "сен", "окт", "ноя", "дек"),
-    "uk_UA": ("січ", "лют", "бер", "кві", "тра", "чер", "лип", "сер", "вер", "жов", "лис", "гру"),
+    "uk_UA": ("січ", "лют", "бер", "кві", "тра", "чер", "лип", "сер", "вер", "жов", "лис", "гру"),  # noqa: RUF001
 }  # fmt: skip
 
 
@@ -199,7 +200,15 @@ class KernelTimes:
         ``year``, ``boot_time_ms`` and ``timezone`` are used.
     """
 
-    __slots__ = ("boot_time_ms", "last_month", "rel_delta_us", "rel_minute_ms", "timezone_name", "year", "zone")
+    __slots__ = (
+        "boot_time_ms",
+        "last_month",
+        "rel_delta_us",
+        "rel_minute_ms",
+        "timezone_name",
+        "year",
+        "zone",
+    )
 
     def __init__(self, options: ParseOptions) -> None:
         self.year = options.year
@@ -240,7 +249,8 @@ class KernelTimes:
             return FileCause("dmesg --reltime time stamp has no year: pass --year")
         year = self._roll(month)
         try:
-            moment = datetime(year, month, int(match["day"]), int(match["hh"]), int(match["mm"]), tzinfo=self.zone)
+            day, hour, minute = int(match["day"]), int(match["hh"]), int(match["mm"])
+            moment = datetime(year, month, day, hour, minute, tzinfo=self.zone)
         except ValueError as exc:
             return f"bad dmesg --reltime time stamp: {exc}"
         self.rel_minute_ms = round(moment.timestamp() * 1000)
@@ -347,7 +357,13 @@ class KernelTimes:
             return FileCause("syslog/journalctl time stamp has no year: pass --year")
         year = self._roll(month)
         try:
-            moment = datetime(year, month, int(match["day"]), int(match["hh"]), int(match["mm"]), int(match["ss"]))
+            day, hour, minute, second = (
+                int(match["day"]),
+                int(match["hh"]),
+                int(match["mm"]),
+                int(match["ss"]),
+            )
+            moment = datetime(year, month, day, hour, minute, second)
         except ValueError as exc:
             return f"bad syslog time stamp: {exc}"
         return round((moment - _EPOCH_NAIVE) / _ONE_MS) + _frac_ms(match["frac"]), match["host"]
@@ -372,4 +388,3 @@ class KernelTimes:
                 "node's IANA zone"
             )
         return round(local.timestamp() * 1000), match["host"]
-

@@ -36,6 +36,14 @@ CASES = [
                                "counters": {"sbe_volatile": -1}}, False),
     (EccSample, "ecc_sample", {"ts": "2024-01-15T10:00:00Z", "cluster": "c", "node": "n", "gpu": 0,
                                "counters": {"bogus": 1}}, False),
+    (EccSample, "ecc_sample", {"ts": 0, "cluster": "c", "node": "n", "gpu": 0,
+                               "counters": {"remap_failure": 9223372036854775794}}, False),  # DCGM_INT64_NOT_SUPPORTED
+    (EccSample, "ecc_sample", {"ts": 0, "cluster": "c", "node": "n", "gpu": 0,
+                               "counters": {"remap_failure": 140737488355328}}, False),  # DCGM_FP64_BLANK
+    (EccSample, "ecc_sample", {"ts": 0, "cluster": "c", "node": "n", "gpu": 0,
+                               "counters": {"dbe_volatile": 2147483634}}, False),  # DCGM_INT32_NOT_SUPPORTED
+    (EccSample, "ecc_sample", {"ts": 0, "cluster": "c", "node": "n", "gpu": 0,
+                               "counters": {"dbe_volatile": 2147483631, "sbe_volatile": 140737488355327}}, True),
     (JobEvent, "job_event", {"ts": "2024-01-15T10:00:00Z", "cluster": "c", "job_id": "17", "state": "FAILED",
                              "nodes": ["n1", "n2"], "gpus": 16, "start": "2024-01-15T08:00:00Z",
                              "end": "2024-01-15T10:00:00Z", "exit_code": "1:0"}, True),

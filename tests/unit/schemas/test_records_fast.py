@@ -122,6 +122,11 @@ def test_integer_and_iso_timestamps_decode_to_the_same_record(record_type, docum
          "ECC counter 'sbe_volatile' must be a non-negative integer, got True"),
         (EccSample, {"ts": 0, "cluster": "c", "node": "n", "counters": {}},
          "an ECC sample needs 'gpu' or 'pci_bus_id' to name its GPU"),
+        (EccSample, {"ts": 0, "cluster": "c", "node": "n", "gpu": 0, "counters": {"remap_failure": 9223372036854775794}},
+         "ECC counter 'remap_failure' is 9223372036854775794, a DCGM blank sentinel ('no value'), not a count: "
+         "leave the counter out"),
+        (XidEvent, {"ts": 0, "cluster": "c", "node": "n", "xid": 79, "device": "switch"},
+         "field 'device' must be one of gpu, nvswitch, got 'switch'"),
         (EccSample, {"ts": [0], "cluster": "c", "node": "n", "gpu": 0, "counters": {}},
          "field 'ts': timestamp must be an ISO-8601 string or epoch milliseconds, got [0]"),
         (JobEvent, {"ts": 0, "cluster": "c", "job_id": "17", "state": "EXPLODED"},
