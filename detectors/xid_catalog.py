@@ -598,9 +598,16 @@ def _nvlink5(entry: NvidiaXid, message: str) -> XidInfo:
                 "RESTART_APP",
                 basis,
                 nvidia_action=f"WORKFLOW_NVLINK5_ERR -> XID_154_EVAL ({where})",
+                nvidia_investigatory=row.investigatory_action or entry.investigatory_action,
                 action="restart the job; if the driver prints an XID 154 with it, follow that (it pages)",
             )
-        info = _from_policy(entry, action, basis, nvidia_action=f"WORKFLOW_NVLINK5_ERR -> {action} ({where})")
+        info = _from_policy(
+            entry,
+            action,
+            basis,
+            nvidia_action=f"WORKFLOW_NVLINK5_ERR -> {action} ({where})",
+            nvidia_investigatory=row.investigatory_action or entry.investigatory_action,
+        )
         if action == "IGNORE":
             return replace(info, action=f"none ({row.investigatory_action or 'IGNORE'} to investigate)")
         return info
