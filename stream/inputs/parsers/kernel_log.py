@@ -88,6 +88,7 @@ _FENCE_TAGS: Final = frozenset(
 _RECORD_START_RE: Final = re.compile(rb"^(?:\[|<\d|\d{4}-\d\d-\d\d|\d{9,11}\.|[^\W\d_]{2,7}\.? +\d{1,2} +\d)")
 
 
+_INDENTS: Final = (b" ", b"\t")
 # The first byte of a line that may continue a message: indentation, or a paste's quote or backtick.
 _CONTINUATION_STARTS: Final = (b" ", b"\t", b">", b"`")
 
@@ -302,7 +303,7 @@ class _KernelLogParser:
         if pending is not None and pending.payload.gone and self._same_failure(pending, payload, node, ts_ms):
             self.pending = None  # the fallen-off message of this XID 79, printed just before it
         out = self._flushed()
-        indent = len(text) - len(text.lstrip(b" \t"))
+        indent = len(text) - len(text.lstrip(b" \t")) if text[:1] in _INDENTS else 0
         self.pending = _Pending(payload, ts_ms, node, line_no, indent)
         return out
 

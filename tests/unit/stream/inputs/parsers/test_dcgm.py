@@ -11,7 +11,7 @@ import pytest
 from schemas.records import ECC_COUNTERS, EccSample, InvalidRecord, XidEvent
 from schemas.timeutil import format_ts
 from stream.inputs.files import MergedInputs
-from stream.inputs.parsers import Format, ParseOptions, parse_file, scrape_time_fallback
+from stream.inputs.parsers import Format, ParseOptions, detect_format, parse_file, scrape_time_fallback
 from stream.inputs.parsers.dcgm import DCGM_BLANKS, METRIC_COUNTERS, XID_MESSAGE, XID_METRIC, parse_dcgm
 
 DATA = Path(__file__).resolve().parents[4] / "data" / "dcgm"
@@ -313,3 +313,34 @@ def test_values_just_below_the_blanks_are_counts() -> None:
 def test_a_sample_of_blanks_only_is_not_emitted() -> None:
     lines = [line(metric, "9223372036854775794") for metric in METRIC_COUNTERS]
     assert list(parse_dcgm(lines, ParseOptions(), "n.prom")) == []
+
+
+def test_an_exporter_scrape_with_blanks_stores_no_sentinel_and_raises_no_incident() -> None:
+    """The issue's case: an older exporter printed blanks for a V100's row-remap fields, and they were
+    stored as counts (two false critical gpu_row_remap incidents). Two scrapes of it now give samples
+    without those counters, and the detection core finds nothing."""
+    from detectors.core import CoreConfig, DetectionCore
+
+    path = DATA / "gpu-a100-01.exporter-blanks.prom"
+    assert detect_format(path) is Format.DCGM
+    core = DetectionCore(CoreConfig())
+    incidents = []
+    for scrape_ms in (T0, T0 + 60_000):
+        records, dead = split(parse_file(path, ParseOptions(scrape_time_ms=scrape_ms)))
+        assert dead == []
+        # Two samples and no XID: field 230's blank is no code.
+        assert [type(r).__name__ for r in records] == ["EccSample", "EccSample"]
+        a100, v100 = records
+        assert dict(a100.counters) == {
+            "sbe_volatile": 2, "dbe_volatile": 0, "sbe_aggregate": 11, "dbe_aggregate": 0,
+            "remapped_rows_uncorrectable": 0, "remapped_rows_correctable": 0, "remap_failure": 0, "remap_pending": 0,
+        }  # fmt: skip
+        assert dict(v100.counters) == {
+            "sbe_volatile": 0, "dbe_volatile": 0, "sbe_aggregate": 3, "dbe_aggregate": 0,
+            "retired_pages_sbe": 0, "retired_pages_dbe": 0, "retired_pages_pending": 0,
+        }  # fmt: skip
+        for record in records:
+            assert core.process(record)
+        incidents += core.drain().incidents
+    incidents += core.finish().incidents
+    assert incidents == []

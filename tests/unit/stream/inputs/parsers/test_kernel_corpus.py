@@ -15,7 +15,7 @@ import pytest
 
 from schemas.records import InvalidRecord, XidEvent
 from schemas.timeutil import parse_ts
-from stream.inputs.parsers import ParseOptions, parse_file
+from stream.inputs.parsers import Format, ParseOptions, parse_file, parse_lines
 
 CORPUS = Path(__file__).resolve().parents[4] / "data" / "kernel" / "corpus"
 TRUTH = [json.loads(line) for line in (CORPUS / "truth.jsonl").read_text(encoding="utf-8").splitlines()]
@@ -97,3 +97,30 @@ def test_fallen_off_the_bus_without_a_number_is_xid_79() -> None:
     events, _ = read("gpu-m01.dmesg-T.multiline.log")
     gone = [e for e in events.values() if "fallen off the bus" in e.message and "Xid" not in e.message]
     assert gone and {e.xid for e in gone} == {79}
+
+
+WRAPPERS = [
+    lambda line: b"```" + line,
+    lambda line: b"```log " + line + b"```",
+    lambda line: b"> " + line,
+    lambda line: b"> > `" + line + b"`",
+    lambda line: b"**" + line + b"**",
+    lambda line: b"  " + line + b"  \r\n",
+]
+
+
+def test_every_corpus_line_reads_the_same_when_pasted_in_any_wrapper() -> None:
+    """A line copied into an issue or chat, alone, wrapped the ways markdown wraps it."""
+    checked = 0
+    for row in TRUTH:
+        if row["file"] in ("gpu-a22.dmesg-e.log", "pasted-issue-gpu-p01.md"):
+            continue  # reltime deltas need the lines before them; the pasted lines are wrapped already
+        line = (CORPUS / row["file"]).read_bytes().split(b"\n")[row["line"] - 1]
+        for wrap in WRAPPERS:
+            items = parse_lines([wrap(line)], Format.KERNEL, OPTIONS, row["file"])
+            events = [e for e in items if isinstance(e, XidEvent)]
+            assert [(e.xid, e.device, e.pci_bus_id, e.node) for e in events] == [
+                (row["code"], row["device"], row["pci_bus_id"], row["node"])
+            ], (row, wrap(line))
+            checked += 1
+    assert checked > 3000
