@@ -19,7 +19,8 @@ __all__ = ["HardwareEvent", "NodeEvidenceLog"]
 
 @dataclass(frozen=True, slots=True)
 class HardwareEvent:
-    """A hardware-class event on a node: a critical hardware XID or a critical ECC finding."""
+    """A hardware-class event on a node: an XID that is job evidence (``XidInfo.job_evidence``: the
+    critical hardware ones, and 94), a fatal NVSwitch SXid, or a critical ECC finding."""
 
     ts_ms: int
     node: str

@@ -12,6 +12,7 @@ The core is pure: no I/O, no clock, no randomness.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -24,9 +25,10 @@ from detectors.incidents import EvidenceItem, Finding, IncidentTracker
 from detectors.jobs import Decided, JobTracker
 from detectors.lemon import LemonConfig
 from detectors.mttf import SizeBuckets
+from detectors.sxid_catalog import classify_sxid
 from detectors.thresholds import Threshold
 from detectors.xid_burst import XidSpreadScorer, XidStormScorer, spread_filter, storm_filter
-from detectors.xid_catalog import XidCategory, classify_xid
+from detectors.xid_catalog import CONTEXT_WINDOW_MS, XidCategory, classify_xid
 from schemas.outputs import Incident, IncidentKind, IncidentStatus, JobAttribution, MttfPartial, Severity
 from schemas.records import EccSample, JobEvent, JobState, XidEvent
 from schemas.timeutil import DAY_MS, HOUR_MS, MINUTE_MS
@@ -210,6 +212,19 @@ class DetectionCore:
         self._spreads: dict[tuple[str, str, str], Threshold] = {}
         self._storming: set[tuple[str, str, str]] = set()  # GPUs whose current burst was flagged
         self._clock_started = False
+        # XIDs each GPU logged in the last CONTEXT_WINDOW_MS: what 48 with 63/64 and 45 solo-or-not
+        # are classified against (look-back only, so a line's verdict never waits for later lines).
+        self._recent_xids: dict[tuple[str, str, str], deque[tuple[int, int]]] = {}
+        # The UTC day of the last unknown-XID incident per (cluster, node): at most one a day.
+        self._unknown_day: dict[tuple[str, str], int] = {}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickle, also a worker checkpoint from before the per-GPU XID context and the unknown-XID
+        day existed: they start empty (at worst one more unknown-XID incident, and a 63 right after
+        the restart read without the 48 before it), instead of the checkpoint being refused."""
+        state.setdefault("_recent_xids", {})
+        state.setdefault("_unknown_day", {})
+        self.__dict__.update(state)
 
     # -- public API --------------------------------------------------------------------------
 
@@ -370,20 +385,26 @@ class DetectionCore:
 
     def _process_xid(self, event: XidEvent) -> None:
         self._see(event.cluster, event.node, event.ts_ms)
+        if event.device == "nvswitch":
+            self._process_sxid(event)
+            return
         day = event.ts_ms - event.ts_ms % DAY_MS
         if self._xid_day.get(event.node, -(2**62)) < day:  # one fact a node and day: xid_days
             self._xid_day[event.node] = day
             self._signal(event.node, "xid_days", event.ts_ms)
-        info = classify_xid(event.xid)
         gpu = event.gpu_key
+        info = classify_xid(event.xid, event.message, self._recent(event, gpu))
         # NVLink errors come in bursts on several GPUs: the spread detector owns them, the storm
         # detector looks at everything else one GPU logs.
         if info.category is XidCategory.NVLINK:
             self._score_spread(event, gpu, IncidentKind.NVLINK_FLAPPING)
         else:
             self._score_storm(event, gpu)
+        if info.category is XidCategory.UNKNOWN:
+            self._observe_unknown(event, info.name, info.action)
+            return
         if info.severity is Severity.INFO:
-            return  # application-class: stored with the raw events, never an incident on its own
+            return  # application-class or no action: stored with the raw events, never an incident
         kind = info.category.incident_kind
         versions = self._incidents.observe(
             Finding(
@@ -408,8 +429,77 @@ class DetectionCore:
             and versions[-1].status is IncidentStatus.OPEN
         ):
             self._signal(event.node, "hw_incidents", event.ts_ms)
-        if info.hardware and info.severity is Severity.CRITICAL:
+        if info.job_evidence:
             self._jobs.add_evidence(HardwareEvent(event.ts_ms, event.node, gpu, kind, event.xid))
+
+    def _recent(self, event: XidEvent, gpu: str) -> tuple[int, ...]:
+        """The XIDs this GPU logged in the context window before ``event``; remembers ``event``."""
+        key = (event.cluster, event.node, gpu)
+        seen = self._recent_xids.get(key)
+        if seen is None:
+            seen = self._recent_xids[key] = deque()
+        since = event.ts_ms - CONTEXT_WINDOW_MS
+        while seen and seen[0][0] < since:
+            seen.popleft()
+        codes = tuple(code for ts, code in seen if since <= ts <= event.ts_ms)
+        seen.append((event.ts_ms, event.xid))
+        return codes
+
+    def _observe_unknown(self, event: XidEvent, title: str, action: str) -> None:
+        """A code outside the catalog: one info incident per node and UTC day, whatever the GPU."""
+        day = event.ts_ms // DAY_MS
+        key = (event.cluster, event.node)
+        last = self._unknown_day.get(key)
+        if last is not None and last >= day:
+            return
+        self._unknown_day[key] = day
+        self._emitted.incidents.extend(
+            self._incidents.observe(
+                Finding(
+                    cluster=event.cluster,
+                    kind=IncidentKind.XID_UNKNOWN,
+                    node=event.node,
+                    severity=Severity.INFO,
+                    detector="xid_classifier",
+                    score=0.1,
+                    action=action,
+                    title=title,
+                    evidence=EvidenceItem(event.ts_ms, xid=event.xid, message=event.message),
+                )
+            )
+        )
+
+    def _process_sxid(self, event: XidEvent) -> None:
+        """An NVSwitch SXid: its own incident per node and switch, its own catalog."""
+        info = classify_sxid(event.xid, event.message)
+        if info.severity is Severity.INFO:
+            return
+        switch = event.pci_bus_id or "?"
+        kind = info.incident_kind
+        versions = self._incidents.observe(
+            Finding(
+                cluster=event.cluster,
+                kind=kind,
+                node=event.node,
+                gpu=switch,
+                severity=info.severity,
+                detector="sxid_classifier",
+                score=1.0 if info.severity is Severity.CRITICAL else 0.5,
+                action=info.action,
+                title=f"NVSwitch SXid {event.xid}: {info.name}",
+                evidence=EvidenceItem(
+                    event.ts_ms, xid=event.xid, message=event.message, jobs=self._jobs.jobs_at(event.node)
+                ),
+            )
+        )
+        self._emitted.incidents.extend(versions)
+        if info.severity is Severity.CRITICAL:
+            # A fatal switch error stops the NVLink traffic of the GPUs behind it: evidence for the
+            # node's failed jobs, as a critical GPU XID is.
+            if versions[-1].status is IncidentStatus.OPEN:
+                self._signal(event.node, "hw_incidents", event.ts_ms)
+            # No xid: evidence_xids lists GPU XIDs only; the kind says it was the switch.
+            self._jobs.add_evidence(HardwareEvent(event.ts_ms, event.node, switch, kind))
 
     def _score_storm(self, event: XidEvent, gpu: str) -> None:
         key = (event.cluster, event.node, gpu)

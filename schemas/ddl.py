@@ -1,6 +1,9 @@
 """ClickHouse DDL of database ``faultstream``: the tables Grafana and users query.
 
-Every statement is idempotent (``IF NOT EXISTS``). Outputs that may be written again — after a
+Every statement is idempotent (``IF NOT EXISTS``). A column added after its table was first
+released is declared with ``added=True``: besides being in the CREATE, it gets an ``ALTER TABLE ..
+ADD COLUMN IF NOT EXISTS`` with a default, so a store created by an older version gains it on the
+next start and its old rows read the default. Outputs that may be written again — after a
 replay, a crash and restart, a rebalance — live in ReplacingMergeTree tables keyed by a
 deterministic id, so reading them ``FINAL`` shows each fact once.
 
@@ -40,6 +43,9 @@ class Column:
     written: bool = True
     #: SQL comment lines shown above the column in the DDL (why it exists).
     comment: tuple[str, ...] = ()
+    #: True for a column added to a released table: an ALTER adds it to tables created before it
+    #: existed. Its type must then carry a DEFAULT, which old rows read.
+    added: bool = False
 
     def sql(self) -> str:
         lines = [f"    -- {line}" for line in self.comment]
@@ -59,6 +65,22 @@ class Table:
         body = ",\n".join(column.sql() for column in self.columns)
         return f"CREATE TABLE IF NOT EXISTS {database}.{self.name} (\n{body}\n) {self.engine}"
 
+    def migrations(self, database: str) -> list[str]:
+        """The idempotent ALTER statements that bring a table created by an older version up to date.
+
+        >>> table = Table("t", (Column("a", "UInt8"), Column("b", "UInt8 DEFAULT 1", added=True)), "")
+        >>> table.migrations("db")
+        ['ALTER TABLE db.t ADD COLUMN IF NOT EXISTS b UInt8 DEFAULT 1 AFTER a']
+        """
+        statements = []
+        for before, column in zip(self.columns, self.columns[1:], strict=False):
+            if column.added:
+                statements.append(
+                    f"ALTER TABLE {database}.{self.name} ADD COLUMN IF NOT EXISTS {column.name} {column.type}"
+                    f" AFTER {before.name}"
+                )
+        return statements
+
 
 def _columns(spec: str) -> tuple[Column, ...]:
     """Columns from ``name type`` lines (the type is the rest of the line)."""
@@ -73,23 +95,36 @@ _LOW = "LowCardinality(String)"
 _TABLES: tuple[Table, ...] = (
     Table(
         "xid_events",
-        _columns(f"""
-            event_id String
-            ts {_TS}
-            cluster {_LOW}
-            node {_LOW}
-            pci_bus_id {_LOW}
-            gpu Nullable(UInt16)
-            xid UInt16
-            xid_name {_LOW}
-            category {_LOW}
-            severity {_LOW}
-            hardware Bool
-            pid Nullable(UInt32)
-            process String
-            message String
-            source String
-        """),
+        (
+            *_columns(f"""
+                event_id String
+                ts {_TS}
+                cluster {_LOW}
+                node {_LOW}
+                pci_bus_id {_LOW}
+                gpu Nullable(UInt16)
+                xid UInt16
+            """),
+            Column(
+                "device",
+                f"{_LOW} DEFAULT 'gpu'",
+                comment=(
+                    "'gpu' (NVRM: Xid, DCGM) or 'nvswitch' (SXid: xid is the SXid code, pci_bus_id the",
+                    "switch's). Rows written before the column existed are GPU XIDs: the default.",
+                ),
+                added=True,
+            ),
+            *_columns(f"""
+                xid_name {_LOW}
+                category {_LOW}
+                severity {_LOW}
+                hardware Bool
+                pid Nullable(UInt32)
+                process String
+                message String
+                source String
+            """),
+        ),
         "ENGINE = ReplacingMergeTree\nPARTITION BY toYYYYMM(ts)\nORDER BY (cluster, node, ts, event_id)",
     ),
     Table(
@@ -268,7 +303,10 @@ def ddl_statements(
         sum(jobs_ended) AS jobs_ended,
         sum(jobs_failed) AS jobs_failed,
         sum(failures) AS failures"""
+    # The ALTERs come last: they bring tables made by an older version up to date, and on a fresh
+    # store find each column already there and do nothing.
     tables = [table.create(db) for table in _TABLES]
+    migrations = [statement for table in _TABLES for statement in table.migrations(db)]
     view_at = TABLES.index("mttf_partials") + 1  # the view reads mttf_partials
     view = f"""CREATE VIEW IF NOT EXISTS {db}.mttf_windows AS
 SELECT
@@ -299,4 +337,4 @@ FROM (
     FROM {db}.mttf_partials FINAL
     GROUP BY window_seconds, window_start, cluster
 )"""
-    return [f"CREATE DATABASE IF NOT EXISTS {db}", *tables[:view_at], view, *tables[view_at:]]
+    return [f"CREATE DATABASE IF NOT EXISTS {db}", *tables[:view_at], view, *tables[view_at:], *migrations]

@@ -61,7 +61,11 @@ class IncidentKind(StrEnum):
     GPU_ENGINE = "gpu_engine"
     GPU_DRIVER = "gpu_driver"
     GPU_THERMAL_POWER = "gpu_thermal_power"
-    XID_UNKNOWN = "xid_unknown"  # an XID missing from the catalog
+    GPU_RECOVERY = "gpu_recovery"  # XID 154: the driver states the GPU needs a reset or a reboot
+    XID_UNKNOWN = "xid_unknown"  # XIDs missing from the catalog: at most one info incident per node a day
+    # NVSwitch SXids (``detectors.sxid_catalog``), per node and switch PCI id.
+    NVSWITCH_FATAL = "nvswitch_fatal"
+    NVSWITCH_NONFATAL = "nvswitch_nonfatal"
     # Online models: bursts from one GPU, NVLink errors spreading over a node, rising SBEs.
     XID_STORM = "xid_storm"
     NVLINK_FLAPPING = "nvlink_flapping"

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from functools import lru_cache
 from typing import Any, Final
@@ -23,6 +23,7 @@ from schemas.timeutil import format_ts, parse_iso_ts, parse_ts
 __all__ = [
     "ECC_COUNTERS",
     "RECORD_KIND",
+    "XID_DEVICES",
     "EccSample",
     "InvalidRecord",
     "JobEvent",
@@ -178,6 +179,11 @@ def _mutable_twin(cls: type) -> Any:
 # ---------------------------------------------------------------------------------------------
 # XID events
 
+#: What reported an :class:`XidEvent`: a GPU's driver (``NVRM: Xid``, DCGM field 230) or an NVSwitch's
+#: (``nvidia-nvswitchN: SXid``). Their code spaces overlap in number but not in meaning, so every
+#: consumer of ``xid`` must look at ``device`` first.
+XID_DEVICES: Final = ("gpu", "nvswitch")
+
 
 @dataclass(frozen=True, slots=True)
 class XidEvent:
@@ -201,6 +207,11 @@ class XidEvent:
         The driver's text after the code, or the whole line when nothing better exists.
     source
         Provenance (``file:line`` or ``topic/partition/offset``); not part of the identity.
+    device
+        What reported it (:data:`XID_DEVICES`): ``"gpu"`` for a GPU XID, ``"nvswitch"`` for an
+        NVSwitch ``SXid``, whose ``xid`` is the SXid code, ``pci_bus_id`` the switch's PCI id and
+        ``gpu`` None. Last among the fields so that positional construction keeps its meaning; left
+        out of the wire form when ``"gpu"``, so GPU records are the bytes they were before.
     """
 
     ts_ms: int
@@ -213,6 +224,7 @@ class XidEvent:
     process: str = ""
     message: str = ""
     source: str = ""
+    device: str = "gpu"
 
     @property
     def gpu_key(self) -> str:
@@ -220,6 +232,16 @@ class XidEvent:
         if self.pci_bus_id:
             return self.pci_bus_id
         return str(self.gpu) if self.gpu is not None else "?"
+
+    def __setstate__(self, state: Sequence[Any]) -> None:
+        """Unpickle, also the ten-field layout from before ``device``: worker checkpoints written
+        by the previous version then load as GPU events instead of being refused.
+
+        (A frozen slotted dataclass pickles as its field values in order; the generated
+        ``__setstate__`` would leave a missing trailing field unset.)
+        """
+        for name, value in zip(_XID_FIELDS, (*state, "gpu")[: len(_XID_FIELDS)], strict=True):
+            object.__setattr__(self, name, value)
 
     @property
     def event_id(self) -> str:
@@ -229,6 +251,8 @@ class XidEvent:
         '06dca9f3d1d29945'
         """
         key = f"{self.cluster}|{self.node}|{self.ts_ms}|{self.xid}|{self.gpu_key}|{self.message}"
+        if self.device != "gpu":  # GPU events keep the ids they had before devices existed
+            key += f"|{self.device}"
         return hashlib.sha1(key.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
     def to_dict(self) -> dict[str, Any]:
@@ -261,6 +285,7 @@ class XidEvent:
                 "pid": self.pid,
                 "process": self.process,
                 "message": self.message,
+                "device": None if self.device == "gpu" else self.device,
             }
         )
 
@@ -268,7 +293,8 @@ class XidEvent:
     def from_dict(cls, value: object, source: str = "") -> XidEvent:
         """Validate a decoded JSON object; raise :class:`InvalidRecord` naming the bad field.
 
-        ``ts`` may be an ISO-8601 string or integer epoch milliseconds.
+        ``ts`` may be an ISO-8601 string or integer epoch milliseconds; an absent ``device`` is
+        ``"gpu"``.
 
         >>> XidEvent.from_dict({"ts": "2024-01-15T10:00:00Z", "cluster": "c", "node": "n1", "xid": 79}).xid
         79
@@ -285,6 +311,7 @@ class XidEvent:
             pid = get("pid")
             process = get("process")
             message = get("message")
+            device = get("device")
             try:
                 ts_ms = ts if type(ts) is int else parse_iso_ts(ts) if type(ts) is str else None
                 pci_bus_id = (
@@ -309,6 +336,7 @@ class XidEvent:
                 and (pid is None or (type(pid) is int and pid >= 0))
                 and (process is None or type(process) is str)
                 and (message is None or type(message) is str)
+                and (device is None or device == "gpu" or device == "nvswitch")
             ):
                 twin = _XID_TWIN()
                 twin.ts_ms = ts_ms
@@ -321,6 +349,7 @@ class XidEvent:
                 twin.process = process or ""
                 twin.message = message or ""
                 twin.source = source
+                twin.device = device or "gpu"
                 twin.__class__ = XidEvent
                 event: XidEvent = twin
                 return event
@@ -332,6 +361,11 @@ class XidEvent:
         data = _mapping(value)
         xid = _int(data, "xid", minimum=1)
         assert xid is not None
+        device = data.get("device")
+        if device is None:
+            device = "gpu"
+        elif device not in XID_DEVICES:
+            raise InvalidRecord(f"field 'device' must be one of {', '.join(XID_DEVICES)}, got {device!r}")
         return cls(
             ts_ms=_ts(data, "ts") or 0,
             cluster=_str(data, "cluster"),
@@ -343,10 +377,12 @@ class XidEvent:
             process=_str(data, "process", required=False),
             message=_str(data, "message", required=False),
             source=source,
+            device=device,
         )
 
 
 _XID_TWIN: Final = _mutable_twin(XidEvent)
+_XID_FIELDS: Final = tuple(f.name for f in fields(XidEvent))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -366,6 +402,19 @@ ECC_COUNTERS: Final[dict[str, int]] = {
     "remap_pending": 395,
     "remap_failure": 396,
 }
+
+
+#: DCGM's blank sentinels ("no value": not supported, not found, not permitted) are values at or
+#: above these (``dcgm_structs.h``: ``DCGM_INT32_BLANK`` 0x7ffffff0 up to the int32 maximum, and
+#: ``DCGM_FP64_BLANK`` 2**47, below every ``DCGM_INT64_BLANK``). An ECC counter there is not a count:
+#: the schema refuses it, so no sentinel is ever stored whatever produced the record.
+_INT32_BLANK: Final = 0x7FFFFFF0
+_INT32_MAX: Final = 0x7FFFFFFF
+_FP64_BLANK: Final = 0x800000000000
+
+
+def _is_blank(count: int) -> bool:
+    return count >= _INT32_BLANK and (count <= _INT32_MAX or count >= _FP64_BLANK)
 
 
 @dataclass(frozen=True, slots=True)
@@ -459,7 +508,7 @@ class EccSample:
                 and raw_counters.keys() <= _ECC_COUNTER_NAMES
             ):
                 for count in raw_counters.values():
-                    if type(count) is not int or count < 0:
+                    if type(count) is not int or count < 0 or (count >= _INT32_BLANK and _is_blank(count)):
                         break
                 else:
                     twin = _ECC_TWIN()
@@ -488,6 +537,11 @@ class EccSample:
                 raise InvalidRecord(f"unknown ECC counter '{name}' (known: {', '.join(ECC_COUNTERS)})")
             if isinstance(count, bool) or not isinstance(count, int) or count < 0:
                 raise InvalidRecord(f"ECC counter '{name}' must be a non-negative integer, got {count!r}")
+            if _is_blank(count):
+                raise InvalidRecord(
+                    f"ECC counter '{name}' is {count}, a DCGM blank sentinel ('no value'), not a count: "
+                    "leave the counter out"
+                )
             counters[name] = count
         sample = cls(
             ts_ms=_ts(data, "ts") or 0,

@@ -117,6 +117,7 @@ def replay(
         for count, (item, stats) in enumerate(inputs, 1):
             if isinstance(item, InvalidRecord):
                 stats.dead_letters += 1
+                stats.first_reason = stats.first_reason or item.reason
                 pipeline.reject(to_dead_letter(item))
                 policy.bad(stats.path, item.reason)
                 policy.check(stats.path)

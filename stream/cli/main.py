@@ -13,7 +13,7 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 
-from stream.cli import kafka, replay, simulate, store
+from stream.cli import explain, kafka, replay, simulate, store
 from stream.cli.common import EXIT_DEAD_LETTERS, EXIT_KAFKA, EXIT_STORE, EXIT_USAGE
 from stream.settings import SettingsError
 from stream.sinks.dead_letters import DeadLetterLimitExceeded
@@ -70,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_evaluate_parser(commands)
     store.add_query_parser(commands)
     store.add_config_parser(commands)
+    explain.add_explain_parser(commands)
     return parser
 
 

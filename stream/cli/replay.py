@@ -158,13 +158,15 @@ def run_replay(args: argparse.Namespace) -> int:
     finally:
         bar.close()
     report = build_report(client, settings)
-    per_source = [
+    per_source: list[dict[str, Any]] = [
         {
             "file": s.path,
             "format": s.fmt,
             "records": dict(s.records),
             "dead_letters": s.dead_letters,
             "late": s.late,
+            "notes": s.notes,
+            "first_dead_letter": s.first_reason,
         }
         for s in summary.sources
     ]
@@ -193,6 +195,10 @@ def run_replay(args: argparse.Namespace) -> int:
         trouble = [f"{source[k]:,} {k.replace('_', ' ')}" for k in ("dead_letters", "late") if source[k]]
         out.write(f"  {source['file']} [{source['format']}]: {records}{'; ' if trouble else ''}")
         out.write(", ".join(trouble) + "\n")
+        for note in source["notes"]:
+            out.write(f"    note: {note}\n")
+        if not source["records"] and source["first_dead_letter"]:  # nothing read: say why at once
+            out.write(f"    first dead letter: {source['first_dead_letter']}\n")
     if summary.dead_letters and dead_letter_file is not None:
         out.write(f"Dead letters also written to {dead_letter_file}\n")
     store_counts = {(r["kind"], r["severity"]): r["incidents"] for r in report["incidents"]}
@@ -244,9 +250,13 @@ def _publish(args: argparse.Namespace, settings: Settings, options: ParseOptions
                 "messages": summary.messages,
                 "dead_letters": summary.dead_letters,
                 "seconds": summary.seconds,
+                "notes": {source.path: source.notes for source in summary.sources if source.notes},
             }
         )
         return 0
+    for source in summary.sources:
+        for note in source.notes:
+            sys.stdout.write(f"{source.path}: note: {note}\n")
     sys.stdout.write(
         f"Published {total:,} records to {settings.kafka_bootstrap} in {summary.seconds:.1f} s "
         f"({total / max(summary.seconds, 1e-9):,.0f}/s): "

@@ -196,11 +196,23 @@ def run_query(args: argparse.Namespace) -> int:
     -------
     int
         The exit code: 0.
+
+    Raises
+    ------
+    StoreError
+        When ClickHouse refuses the SQL: its one-line message, no traceback (exit code 4).
     """
-    from stream.sinks.store import connect, query_rows
+    from clickhouse_connect.driver.exceptions import DatabaseError
+
+    from stream.sinks.store import StoreError, clickhouse_message, connect, query_rows
 
     settings = settings_from_args(args)
-    for row in query_rows(connect(settings), args.sql):
+    client = connect(settings)
+    try:
+        rows = query_rows(client, args.sql)
+    except DatabaseError as exc:  # the SQL's fault, not the program's: ClickHouse says what is wrong
+        raise StoreError(f"query failed: {clickhouse_message(exc)}") from None
+    for row in rows:
         sys.stdout.write(orjson.dumps(row, default=str).decode() + "\n")
     return 0
 

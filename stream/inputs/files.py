@@ -17,7 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from schemas.records import InvalidRecord, Record
-from stream.inputs.parsers import Format, detect_format, open_input, parse_file, parse_open_file
+from stream.inputs.parsers import (
+    Format,
+    detect_format,
+    open_input,
+    parse_file,
+    parse_open_file,
+    scrape_time_fallback,
+)
 from stream.inputs.parsers.detect import InputFile
 from stream.inputs.parsers.options import ParseOptions
 
@@ -33,6 +40,10 @@ class SourceStats:
     records: Counter[str] = field(default_factory=Counter)
     dead_letters: int = 0
     late: int = 0
+    #: What was assumed to read the file (a DCGM scrape placed at its modification time), for the summary.
+    notes: list[str] = field(default_factory=list)
+    #: The reason of the file's first dead letter: the summary shows it when nothing was read.
+    first_reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,11 +145,12 @@ class MergedInputs:
             if not path.is_file():
                 raise FileNotFoundError(f"input file not found: {path}")
             chosen = fmt or detect_format(path)
+            file_options, note = scrape_time_fallback(path, chosen, options)
             handle = open_input(path)
             self._positions.append((_Progress(handle), path.stat().st_size))
-            stats = SourceStats(str(path), chosen.value)
+            stats = SourceStats(str(path), chosen.value, notes=[note] if note else [])
             self.sources.append(stats)
-            parsed = parse_open_file(handle, chosen, options, str(path))
+            parsed = parse_open_file(handle, chosen, file_options, str(path))
             self._streams.append(_ordered(parsed, lateness_ms, chosen is Format.SACCT, stats))
         self.total_bytes = sum(size for _, size in self._positions)
 

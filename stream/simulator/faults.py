@@ -75,7 +75,9 @@ class HardwareFaultTemplate(NamedTuple):
 HARDWARE_FAULT_TEMPLATES: Final[tuple[HardwareFaultTemplate, ...]] = (
     HardwareFaultTemplate("fallen_off_bus", (79,), 0.22),
     HardwareFaultTemplate("dbe", (48, 63), 0.10, dbe=True, retire_pending=True),
-    HardwareFaultTemplate("contained_ecc", (94,), 0.10, dbe=True),
+    # A DBE whose damage the GPU contained: the driver logs the DBE (48, critical) and the
+    # containment (94, which NVIDIA resolves by restarting the program: warn here).
+    HardwareFaultTemplate("contained_ecc", (48, 94), 0.10, dbe=True),
     HardwareFaultTemplate("uncontained_ecc", (95,), 0.08, dbe=True),
     HardwareFaultTemplate("nvlink", (74,), 0.18),
     HardwareFaultTemplate("gsp_rpc_timeout", (119,), 0.14),

@@ -21,6 +21,7 @@ import orjson
 from clickhouse_connect.driver.client import Client
 
 from detectors.core import EccRow, Emitted
+from detectors.sxid_catalog import classify_sxid
 from detectors.xid_catalog import classify_xid
 from schemas.ddl import INSERT_COLUMNS
 from schemas.outputs import DeadLetter, Incident, JobAttribution, MttfPartial
@@ -48,11 +49,17 @@ _ECC_NAMES = tuple(ECC_COUNTERS)
 
 
 def _xid_row(event: XidEvent) -> list[Any]:
-    info = classify_xid(event.xid)
+    # The line's own classification (its message read; the per-GPU context of 48/45 is the core's).
+    if event.device == "nvswitch":
+        switch = classify_sxid(event.xid, event.message)
+        name, category, severity, hardware = switch.name, "nvswitch", switch.severity, switch.hardware
+    else:
+        info = classify_xid(event.xid, event.message)
+        name, category, severity, hardware = info.name, info.category.value, info.severity, info.hardware
     return [
         event.event_id, event.ts_ms, event.cluster, event.node, event.pci_bus_id, event.gpu, event.xid,
-        info.name, info.category.value, info.severity.value, info.hardware, event.pid, event.process,
-        event.message, event.source,
+        event.device, name, category, severity.value, hardware, event.pid, event.process, event.message,
+        event.source,
     ]  # fmt: skip
 
 

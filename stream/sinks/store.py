@@ -6,8 +6,9 @@ ClickHouse engine in this process (one process per path), ``http(s)://`` talks t
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 from urllib.parse import urlparse
 
 import clickhouse_connect
@@ -16,7 +17,7 @@ from clickhouse_connect.driver.client import Client
 from schemas.ddl import ddl_statements
 from stream.settings import Settings
 
-__all__ = ["StoreError", "connect", "init_db"]
+__all__ = ["StoreError", "clickhouse_message", "connect", "init_db", "query_rows"]
 
 
 class StoreError(RuntimeError):
@@ -56,6 +57,27 @@ def init_db(client: Client, settings: Settings) -> list[str]:
             first_line = statement.splitlines()[0]
             raise StoreError(f"ClickHouse refused `{first_line}`: {exc}") from exc
     return statements
+
+
+# ClickHouse's own message inside what clickhouse-connect raises: from "Code: N." to the end.
+_CLICKHOUSE_MESSAGE_RE: Final = re.compile(r"Code: \d+\..*", re.S)
+
+
+def clickhouse_message(exc: BaseException) -> str:
+    r"""ClickHouse's message of a failed statement, on one line, without the driver's wrapping.
+
+    clickhouse-connect wraps it (``HTTPDriver for ... received ClickHouse error code 62``) and the
+    statement it sent has ``FORMAT Native`` appended, which the user never wrote.
+
+    >>> raised = "HTTPDriver for http://h:8123 received ClickHouse error code 47\n Code: 47. DB::Exception:"
+    >>> clickhouse_message(RuntimeError(raised + " Unknown identifier `x`.\n (UNKNOWN_IDENTIFIER)"))
+    'Code: 47. DB::Exception: Unknown identifier `x`. (UNKNOWN_IDENTIFIER)'
+    """
+    text = str(exc)
+    match = _CLICKHOUSE_MESSAGE_RE.search(text)
+    message = match.group(0) if match is not None else text
+    message = message.replace(" FORMAT Native", "")
+    return " ".join(message.split())
 
 
 def query_rows(client: Client, sql: str, parameters: dict[str, Any] | None = None) -> list[dict[str, Any]]:

@@ -51,7 +51,7 @@ def test_bad_lines_are_dead_lettered_and_good_ones_kept(tmp_path: Path) -> None:
     )
     assert [json.loads(line) for line in kinds.stdout.splitlines()] == [
         {"kind": "gpu_bus", "severity": "critical"},
-        {"kind": "xid_unknown", "severity": "warn"},
+        {"kind": "xid_unknown", "severity": "info"},
     ]
 
 
@@ -95,3 +95,15 @@ def test_a_folder_stands_for_its_files(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     [source] = json.loads(result.stdout)["sources"]
     assert source["file"].endswith("node7/kern.log") and source["records"] == {"xid": 2}
+
+
+def test_a_sql_error_is_clickhouses_one_line_message_and_a_non_zero_exit(tmp_path: Path) -> None:
+    store = f"chdb://{tmp_path / 'store'}"
+    for sql, says in (("SELEC 1", "Syntax error"), ("SELECT nope FROM faultstream.xid_events", "nope")):
+        result = run("query", sql, "--clickhouse", store)
+        assert result.returncode == 4
+        assert result.stdout == ""
+        assert "Traceback" not in result.stderr
+        [line] = result.stderr.splitlines()  # one line
+        assert line.startswith("faultstream: ClickHouse: query failed: Code: ") and says in line
+        assert "FORMAT Native" not in line  # the driver's suffix, not the user's SQL

@@ -123,3 +123,34 @@ def test_replay_waits_out_a_clickhouse_outage_and_loses_nothing(store, caplog):
     assert scalar(client, f"SELECT count() FROM {settings.database}.incidents FINAL") == len(
         summary.incidents
     )
+
+
+def test_a_store_made_before_device_gains_the_column_and_old_rows_read_gpu(store):
+    """``xid_events.device`` was added to a released table: init_db ALTERs an older table."""
+    from stream.sinks.store import init_db
+
+    client, settings = store
+    db = settings.database
+    client.command(f"DROP TABLE {db}.xid_events")
+    old_create = next(s for s in _ddl(db) if "xid_events" in s.split("(")[0])
+    old_create = "\n".join(
+        line for line in old_create.splitlines() if "device" not in line and "--" not in line
+    )
+    client.command(old_create)  # the table as the previous version created it
+    client.command(
+        f"INSERT INTO {db}.xid_events (event_id, ts, cluster, node, xid, xid_name, category, severity, hardware,"
+        f" process, message, source, pci_bus_id) VALUES ('old', 0, 'c', 'n', 79, '', '', '', true, '', '', '', '')"
+    )
+    init_db(client, settings)
+    sink = ClickHouseSink(client, db)
+    sink.add(XidEvent(ts_ms=T0, cluster="c", node="n", xid=12028, pci_bus_id="0000:05:00", device="nvswitch"))
+    sink.flush()
+    rows = client.query(f"SELECT event_id, device, xid FROM {db}.xid_events FINAL ORDER BY ts").result_rows
+    assert rows[0] == ("old", "gpu", 79)
+    assert rows[1][1:] == ("nvswitch", 12028)
+
+
+def _ddl(database):
+    from schemas.ddl import ddl_statements
+
+    return ddl_statements(database)

@@ -52,3 +52,29 @@ def test_every_table_and_column_is_listed() -> None:
         assert line is not None, f"table {table} has no column list in docs/configuration.md"
         for column in re.findall(r"^\s+(\w+) ", body, re.M):
             assert f"`{column}`" in line, f"{table}.{column} is missing from docs/configuration.md"
+
+
+def test_the_xid_catalog_table_counts_codes_by_nvidia_action_and_our_severity() -> None:
+    from collections import Counter, defaultdict
+
+    from detectors.xid_catalog import CATALOG, DEVIATIONS
+    from detectors.xid_nvidia import XIDS
+
+    rows: dict[str, Counter[str]] = defaultdict(Counter)
+    for code, info in CATALOG.items():
+        rows[XIDS[code].immediate_action or "(none given)"][info.severity.value] += 1
+    detection = (Path(__file__).resolve().parents[2] / "docs" / "detection.md").read_text()
+    start = detection.index("\n## The XID catalog")
+    table = detection[start : detection.find("\n## ", start + 1)]
+    for action, counts in rows.items():
+        line = f"| `{action}` | {sum(counts.values())} | {counts['info']} | {counts['warn']} | {counts['critical']} |"
+        assert line in table, f"docs/detection.md's XID catalog table is out of date for {action}: expected {line}"
+    total = Counter(info.severity.value for info in CATALOG.values())
+    assert f"| **all** | {len(CATALOG)} | {total['info']} | {total['warn']} | {total['critical']} |" in table
+    # Every deviation's codes are in README's deviations table.
+    listed = set()
+    for first, last in re.findall(r"(\d+)(?:\u2013(\d+))?", table[table.index("**Deviations") :]):
+        listed |= set(range(int(first), int(last or first) + 1))
+    for deviation in DEVIATIONS:
+        assert set(deviation.codes) <= listed, f"deviation {deviation.codes} is missing from docs/detection.md"
+

@@ -15,6 +15,7 @@ comments) are skipped silently. A record's ``source`` is ``"path:line"``.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import zlib
 from collections.abc import Callable, Iterable, Iterator
@@ -22,7 +23,8 @@ from pathlib import Path
 from typing import Final
 
 from schemas.records import EccSample, InvalidRecord, JobEvent, XidEvent
-from stream.inputs.parsers.dcgm import parse_dcgm
+from schemas.timeutil import format_ts
+from stream.inputs.parsers.dcgm import parse_dcgm, samples_lack_time_stamps
 from stream.inputs.parsers.detect import InputFile, detect_format, open_input
 from stream.inputs.parsers.hostlist import compress_hostlist, expand_hostlist
 from stream.inputs.parsers.jsonl import parse_jsonl
@@ -42,6 +44,7 @@ __all__ = [
     "parse_file",
     "parse_lines",
     "parse_open_file",
+    "scrape_time_fallback",
 ]
 
 Record = XidEvent | EccSample | JobEvent
@@ -109,6 +112,45 @@ class _Lines:
             self.count = count
 
 
+def scrape_time_fallback(path: Path, fmt: Format, options: ParseOptions) -> tuple[ParseOptions, str | None]:
+    """The options to read ``path`` with, and a note to announce when they differ from ``options``.
+
+    A DCGM scrape saved with ``curl .../metrics > node.prom`` has no sample time stamps. Unless
+    ``--scrape-time`` says when it was taken, its samples are placed at the file's modification
+    time (when curl wrote it, which is when the scrape was taken unless the file was copied without
+    keeping times), and the note says so.
+
+    Parameters
+    ----------
+    path
+        The input file.
+    fmt
+        Its format; only :attr:`Format.DCGM` is concerned.
+    options
+        The options given.
+
+    Returns
+    -------
+    tuple[ParseOptions, str | None]
+        The options for this file, and the note (None when nothing was assumed).
+    """
+    if fmt is not Format.DCGM or options.scrape_time_ms is not None:
+        return options, None
+    with open_input(Path(path)) as handle:
+        try:
+            lacking = samples_lack_time_stamps(handle)
+        except (EOFError, gzip.BadGzipFile, zlib.error):
+            lacking = False  # parse_open_file reports the damage
+    if not lacking:
+        return options, None
+    mtime_ms = Path(path).stat().st_mtime_ns // 1_000_000
+    note = (
+        f"samples have no time stamps: placed at the file's modification time {format_ts(mtime_ms)} "
+        "(pass --scrape-time to set it)"
+    )
+    return dataclasses.replace(options, scrape_time_ms=mtime_ms), note
+
+
 def parse_file(
     path: Path, options: ParseOptions, fmt: Format | None = None
 ) -> Iterator[Record | InvalidRecord]:
@@ -120,7 +162,8 @@ def parse_file(
         The file. Gzip content is decompressed transparently. ``source`` of every record and
         dead letter is this path as given.
     options
-        See :class:`ParseOptions`.
+        See :class:`ParseOptions`. A DCGM scrape without sample time stamps, and without
+        ``scrape_time_ms``, is placed at the file's modification time (:func:`scrape_time_fallback`).
     fmt
         The format; ``None`` sniffs it with :func:`detect_format`.
 
@@ -139,6 +182,7 @@ def parse_file(
     """
     source = str(path)
     chosen = Format(fmt) if fmt is not None else detect_format(Path(path))
+    options, _note = scrape_time_fallback(Path(path), chosen, options)
     handle = open_input(Path(path))
     return parse_open_file(handle, chosen, options, source)
 

@@ -31,8 +31,18 @@ seen for that GPU in the same input (the first value > 0 counts as a change; a 0
 A repeat of the same code without a 0 in between is not seen: the kernel log is the complete
 source of XIDs, DCGM the fallback.
 
-The time stamp (ms) after the value is optional; without it ``options.scrape_time_ms`` is used,
-else the line is a dead letter. Values must be non-negative integers (``3``, ``3.0``, ``3e0``);
+DCGM's "blank" values are not counts: a field the GPU does not support, that was not found or
+that the exporter may not read holds a sentinel (``dcgm_structs.h``: ``DCGM_INT64_BLANK`` =
+0x7ffffffffffffff0, then ``_NOT_FOUND``, ``_NOT_SUPPORTED``, ``_NOT_PERMISSIONED`` at +1, +2, +3;
+the same for ``DCGM_INT32_BLANK`` = 0x7ffffff0 and ``DCGM_FP64_BLANK`` = 2**47 = 140737488355328.0;
+DCGM's own ``DCGM_*_IS_BLANK`` test is ``value >= BLANK``). Such a value leaves its counter out of
+the sample (as nvidia-smi's ``N/A`` does), and a blank field 230 is no XID; a sample left with no
+counter is not emitted. Nothing is dead-lettered: the exporter did what it should.
+
+The time stamp (ms) after the value is optional; without it ``options.scrape_time_ms`` is used (a
+file falls back to its modification time: :func:`stream.inputs.parsers.scrape_time_fallback`);
+else the samples are ONE dead letter for the file, at its end.
+Values must be non-negative integers (``3``, ``3.0``, ``3e0``);
 NaN, negative or garbage values, a missing or non-integer ``gpu`` label and a bad
 ``pci_bus_id`` are dead letters. The node is the ``Hostname`` label, else ``options.node``,
 else the file name's stem.
@@ -43,12 +53,53 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Iterator
-from typing import Final
+from typing import Any, Final
 
 from schemas.records import ECC_COUNTERS, EccSample, InvalidRecord, XidEvent, normalize_pci_bus_id
 from stream.inputs.parsers.options import ParseOptions, default_node, invalid
 
-__all__ = ["METRIC_COUNTERS", "XID_METRIC", "parse_dcgm"]
+__all__ = [
+    "DCGM_BLANKS",
+    "METRIC_COUNTERS",
+    "XID_METRIC",
+    "is_dcgm_blank",
+    "parse_dcgm",
+    "samples_lack_time_stamps",
+]
+
+#: DCGM's blank sentinels (``dcgm_structs.h``), by name. Any value at or above a BLANK of its width
+#: is blank (``DCGM_INT64_IS_BLANK(v)`` is ``v >= DCGM_INT64_BLANK``); these are the named ones.
+DCGM_BLANKS: Final[dict[str, int | float]] = {
+    "DCGM_INT32_BLANK": 0x7FFFFFF0,
+    "DCGM_INT32_NOT_FOUND": 0x7FFFFFF0 + 1,
+    "DCGM_INT32_NOT_SUPPORTED": 0x7FFFFFF0 + 2,
+    "DCGM_INT32_NOT_PERMISSIONED": 0x7FFFFFF0 + 3,
+    "DCGM_INT64_BLANK": 0x7FFFFFFFFFFFFFF0,
+    "DCGM_INT64_NOT_FOUND": 0x7FFFFFFFFFFFFFF0 + 1,
+    "DCGM_INT64_NOT_SUPPORTED": 0x7FFFFFFFFFFFFFF0 + 2,
+    "DCGM_INT64_NOT_PERMISSIONED": 0x7FFFFFFFFFFFFFF0 + 3,
+    "DCGM_FP64_BLANK": 140737488355328.0,
+    "DCGM_FP64_NOT_FOUND": 140737488355328.0 + 1.0,
+    "DCGM_FP64_NOT_SUPPORTED": 140737488355328.0 + 2.0,
+    "DCGM_FP64_NOT_PERMISSIONED": 140737488355328.0 + 3.0,
+}
+_INT32_BLANK: Final = 0x7FFFFFF0
+_INT32_MAX: Final = 0x7FFFFFFF
+# 2**47: below the INT64 blanks too, so one test covers the FP64 and INT64 families. No real ECC
+# counter comes near it (it would be 1.4e14 errors).
+_FP64_BLANK: Final = 140737488355328
+
+
+def is_dcgm_blank(value: int) -> bool:
+    """Whether an integral exporter value is one of DCGM's blank sentinels, not a count.
+
+    >>> is_dcgm_blank(9223372036854775794), is_dcgm_blank(2147483634), is_dcgm_blank(140737488355330)
+    (True, True, True)
+    >>> is_dcgm_blank(0), is_dcgm_blank(2147483631)
+    (False, False)
+    """
+    return value >= _FP64_BLANK or _INT32_BLANK <= value <= _INT32_MAX
+
 
 #: Metric name -> EccSample counter name.
 METRIC_COUNTERS: Final[dict[str, str]] = {
@@ -123,6 +174,8 @@ def _value(text: bytes) -> int | str:
             number = float(text)
         except ValueError:
             return f"value {text.decode('utf-8', 'replace')!r} is not a number"
+        if math.isfinite(number) and number >= _FP64_BLANK:
+            return int(number)  # a blank printed as a float (9.223372036854776e+18): the caller skips it
         if not math.isfinite(number) or number != int(number):
             return f"value {text.decode('utf-8', 'replace')!r} is not a non-negative integer"
         value = int(number)
@@ -180,6 +233,7 @@ def parse_dcgm(
     seen_metrics: set[bytes] = set()
     current_metric = b""
     last_xid: dict[tuple[str, int], int] = {}
+    untimed: list[Any] | None = None  # [first line, last line, count, first raw] of untimed samples
 
     def flush() -> Iterator[EccSample | XidEvent]:
         for key in sorted(groups):
@@ -259,6 +313,8 @@ def parse_dcgm(
         if isinstance(value, str):
             yield invalid(f"{name.decode()}: {value}", line, source, line_no)
             continue
+        if value >= _INT32_BLANK and is_dcgm_blank(value):
+            continue  # "no value": never a count
         if len(parts) == 2:
             try:
                 ts_ms = int(parts[1])
@@ -273,9 +329,11 @@ def parse_dcgm(
         elif scrape_time_ms is not None:
             ts_ms = scrape_time_ms
         else:
-            yield invalid(
-                f"{name.decode()}: sample has no time stamp: pass --scrape-time", line, source, line_no
-            )
+            # The cause is the file (saved without time stamps), so it is said once, at the end.
+            if untimed is None:
+                untimed = [line_no, line_no, 0, line]
+            untimed[1] = line_no
+            untimed[2] += 1
             continue
         node, gpu, pci = labels
         key = (ts_ms, node, gpu)
@@ -291,3 +349,29 @@ def parse_dcgm(
         else:
             group.xid = (value, line_no)
     yield from flush()
+    if untimed is not None:
+        first, last, count, raw = untimed
+        yield InvalidRecord(
+            f"{count} samples have no time stamp (a scrape saved with curl?): pass --scrape-time with "
+            "the time it was taken",
+            raw=raw,
+            source=source,
+            location=f"line {first}" if count == 1 else f"lines {first}-{last} ({count} lines)",
+        )
+
+
+def samples_lack_time_stamps(lines: Iterable[bytes], limit: int = 10_000) -> bool:
+    """Whether the first metric sample of these lines has no time stamp (``curl .../metrics > f``).
+
+    An exporter prints all samples of a scrape alike, so the first one tells. False when no
+    sample is found within ``limit`` lines.
+    """
+    for count, physical in enumerate(lines):
+        if count >= limit:
+            break
+        if not physical.startswith(b"DCGM_"):
+            continue
+        close = physical.rfind(b"}")
+        fields = physical[close + 1 :].split() if close >= 0 else physical.split()[1:]
+        return len(fields) < 2
+    return False

@@ -1,24 +1,32 @@
-"""Kernel logs -> :class:`~schemas.records.XidEvent`: one event per ``NVRM: Xid`` line.
+"""Kernel logs -> :class:`~schemas.records.XidEvent`: GPU ``NVRM: Xid`` and NVSwitch ``SXid`` lines.
 
-The line's shape is recognised per line, because one file can mix them (a syslog file with
-a pasted ``dmesg``). The prefix before ``NVRM: Xid`` may be:
+Read, per line (one file can mix shapes: a syslog file with a pasted ``dmesg``):
 
-* plain ``dmesg``: ``[ 1234.567890]``, optionally after a ``<4>`` priority or followed by a host
-  and tag (``journalctl -o short-monotonic``); seconds since boot, so ``boot_time_ms`` is needed;
-* ``dmesg -T``: ``[Mon Jan 15 10:23:45 2024]``, read in ``options.timezone``;
-* RFC 3164 / ``journalctl -k`` short: ``<4>Jan 15 10:23:45[.123456] node001 kernel: [12345.678901]``
-  (priority, fraction and uptime optional); UTC, and ``year`` is needed;
-* ISO 8601 (``journalctl -o short-iso``, rsyslog, ``dmesg --time-format iso``):
-  ``2024-01-15T10:23:45.123456+00:00 node001 kernel:`` (``+0000``, ``Z``, a decimal comma; host
-  and tag optional); the offset is honoured, none means UTC;
-* RFC 5424: ``<4>1 2024-01-15T10:23:45.123Z node001 kernel - - [sd] `` (``-`` for NILVALUE
-  fields; a ``-`` host falls back to the option or file name).
+* ``NVRM: Xid (PCI:0000:3b:00): 79, pid=1101, name=python, GPU has fallen off the bus.`` -> a GPU
+  XID. The id may also be ``0000:3b:00`` or ``00000000:3B:00.0``; the two-field id of old drivers,
+  ``Xid (0000:05)``, is read as domain and bus with device ``00`` (a GPU is device 0 of its bus);
+  a redacted id (``PCI:...``, ``PCI:xxxx:xx:xx``, ``<redacted>``) gives an event with no PCI id.
+* ``nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 33 ...`` -> an NVSwitch
+  event (``device="nvswitch"``, ``xid`` the SXid code, ``pci_bus_id`` the switch's, ``gpu``
+  None). The ``Severity ...`` and ``Data {...}`` lines the driver prints after it for the same
+  switch and code are folded into its message, not counted again.
+* ``NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.`` (also ``NVRM: GPU at PCI:...`` and
+  ``NVRM: The NVIDIA GPU ... has fallen off the bus``), which carries no Xid number -> XID 79,
+  the code NVIDIA's XID catalog gives "GPU has fallen off the bus"; the driver usually prints
+  it next to the ``Xid 79`` line of the same failure, so it is dropped when an XID 79 of the same
+  node and GPU is within 30 s of it in the file (before it, or on the next event line).
+* A message that continues on following lines (``dmesg`` and ``journalctl`` indent them under
+  the message; the driver repeats ``NVRM:``) is joined into one message.
 
-Year roll-over for RFC 3164: ``options.year`` is the year of the first such line; when the
-month then goes back by more than six (December -> January), the year is incremented.
+Pasted lines are unwrapped first: ``> `` quote markers, a markdown code fence glued to the line
+(with or without a language tag), backticks and ``**`` bold markers.
 
-Lines without ``NVRM: Xid`` are skipped silently (a kernel log is mostly other lines); an
-``NVRM: Xid`` line that cannot be parsed becomes an :class:`~schemas.records.InvalidRecord`.
+The time stamp before the message is read by :class:`~stream.inputs.parsers.kernel_times.KernelTimes`
+(every ``dmesg``, ``journalctl -o`` and syslog shape; see there). Lines without a driver marker
+are skipped silently (a kernel log is mostly other lines). A driver line that cannot be used is
+an :class:`~schemas.records.InvalidRecord` with the reason; when the cause is the file (no
+``--year``, no ``--boot-time``, no time stamps at all, a month name of an unknown language) it
+is reported ONCE per file and cause, naming how many lines it covers, after the file's records.
 Invalid UTF-8 is replaced (U+FFFD) in the message and process name; it dead-letters the line when
 it falls in the time stamp, the host or the XID header.
 """
@@ -27,171 +35,109 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
-from datetime import datetime, timedelta
+from dataclasses import dataclass, field
 from typing import Final
 
 from schemas.records import InvalidRecord, XidEvent, normalize_pci_bus_id
+from stream.inputs.parsers.kernel_times import FileCause, KernelTimes
 from stream.inputs.parsers.options import ParseOptions, default_node, invalid, strip_eol
 
-__all__ = ["parse_kernel_log"]
+__all__ = ["GONE_XID", "parse_kernel_log"]
 
-_MARKER: Final = b"NVRM: Xid"
+#: The XID a "GPU has fallen off the bus" message without a number is read as (NVIDIA's catalog).
+GONE_XID: Final = 79
+#: An XID 79 and a fallen-off message of the same GPU this close (ms) are one failure.
+_GONE_WINDOW_MS: Final = 30_000
 
-_MONTHS: Final = {
-    name: index
-    for index, name in enumerate(
-        ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1
-    )
-}
+_NVRM: Final = b"NVRM:"
+_SXID: Final = b"SXid"
 
-# The XID header and the rest of the payload.
-_PAYLOAD_RE: Final = re.compile(
-    r"NVRM: Xid\s*\(\s*(?P<pci>(?:PCI:)?[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-9A-Fa-f])?)"
-    r"\s*\)\s*:\s*(?P<xid>\d+)\s*(?:,\s*(?P<rest>.*?))?\s*$"
+# The XID header and the rest of the payload. The id is read by _device_id.
+_XID_RE: Final = re.compile(
+    r"NVRM: Xid\s*\(\s*(?P<id>[^()]*?)\s*\)\s*:\s*(?P<xid>\d+)\s*(?:,\s*(?P<rest>.*?))?\s*$"
+)
+_SXID_RE: Final = re.compile(
+    r"SXid\s*\(\s*(?P<id>[^()]*?)\s*\)\s*:\s*(?P<xid>\d+)\s*(?:,\s*(?P<rest>.*?))?\s*$"
+)
+_SWITCH_TAG_RE: Final = re.compile(r"nvidia-nvswitch\d*\s*:\s*$")
+_SXID_DETAIL: Final = ("Severity ", "Data {", "Data{")
+_GONE_RE: Final = re.compile(
+    r"NVRM: (?:The NVIDIA )?GPU (?:at )?(?:PCI:)?"
+    r"(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-9A-Fa-f])?)"
+)
+_GONE_TEXT: Final = "fallen off the bus"
+_TWO_FIELD_RE: Final = re.compile(r"(?:PCI:)?(?P<domain>[0-9A-Fa-f]{4}):(?P<bus>[0-9A-Fa-f]{2})")
+# What people put in place of an id they hide: dots, x's, stars, a word in brackets.
+_REDACTED_RE: Final = re.compile(
+    r"(?:PCI:?)?[\s.xX*#?_:-]*(?:<?(?:redacted|hidden|removed|id)>?)?[\s.xX*#?_:-]*", re.IGNORECASE
 )
 # ``pid=1234, name=python, `` (each part optional, quotes and <unknown> tolerated).
 _PID_RE: Final = re.compile(r"pid\s*=\s*'?(?P<pid><unknown>|\d+)'?\s*(?:,\s*|$)")
 _NAME_RE: Final = re.compile(r"name\s*=\s*(?P<name>[^,]*?)\s*(?:,\s*|$)")
 
-_PRI: Final = r"(?:<\d{1,3}>)?"
-_UPTIME: Final = r"\[\s*(?P<up>\d+\.\d+)\s*\]"
-_HOST_TAG: Final = r"(?P<host>\S+)\s+(?P<tag>[^\s:\[]+)(?:\[\d+\])?:"
-
-# Each prefix regex is matched against the text before "NVRM: Xid".
-_DMESG_RE: Final = re.compile(rf"^\s*{_PRI}{_UPTIME}\s*(?:{_HOST_TAG}\s*)?$")
-_DMESG_T_RE: Final = re.compile(
-    rf"^\s*{_PRI}\[\s*[A-Z][a-z]{{2}}\s+(?P<mon>[A-Z][a-z]{{2}})\s+(?P<day>\d{{1,2}})\s+"
-    rf"(?P<hh>\d{{1,2}}):(?P<mm>\d{{2}}):(?P<ss>\d{{2}})\s+(?P<year>\d{{4}})\s*\]\s*$"
+# Pasting wrappers.
+_QUOTE_RE: Final = re.compile(rb"^[ \t]*(?:>[ \t]?)+")
+_FENCE_RE: Final = re.compile(rb"^[ \t]*(?:```|~~~)(?P<tag>[A-Za-z0-9_+.-]*)[ \t]*")
+_TRAILING_FENCE_RE: Final = re.compile(rb"[ \t]*(?:```|~~~)[ \t]*$")
+# Language tags seen on fences; a glued word that is not one is kept (``\x60\x60\x60Jan 15 ...``).
+_FENCE_TAGS: Final = frozenset(
+    b"text txt log logs console shell sh bash zsh shell-session plaintext plain output none nohighlight "
+    b"dmesg syslog journal journalctl kernel code ini c".split()
 )
-_RFC3164_RE: Final = re.compile(
-    rf"^\s*{_PRI}(?P<mon>[A-Z][a-z]{{2}})\s+(?P<day>\d{{1,2}})\s+"
-    rf"(?P<hh>\d{{1,2}}):(?P<mm>\d{{2}}):(?P<ss>\d{{2}})(?:\.(?P<frac>\d{{1,9}}))?\s+"
-    rf"{_HOST_TAG}\s*(?:{_UPTIME}\s*)?$"
-)
-_ISO: Final = r"(?P<iso>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:Z|[+-]\d{2}(?::?\d{2})?)?)"
-_ISO_RE: Final = re.compile(rf"^\s*{_PRI}{_ISO}\s+(?:{_HOST_TAG}\s*)?(?:{_UPTIME}\s*)?$")
-_RFC5424_RE: Final = re.compile(
-    r"^\s*<\d{1,3}>1\s+(?P<ts>\S+)\s+(?P<host>\S+)\s+(?P<app>\S+)\s+\S+\s+\S+\s+"
-    r"(?P<sd>-|(?:\[(?:[^\]\"\\]|\\.|\"(?:[^\"\\]|\\.)*\")*\])+)\s*\ufeff?\s*"
-    rf"(?:{_UPTIME}\s*)?$"
-)
+# A line that starts a new record, so cannot be the continuation of the previous one.
+_RECORD_START_RE: Final = re.compile(rb"^(?:\[|<\d|\d{4}-\d\d-\d\d|\d{9,11}\.|[^\W\d_]{2,7}\.? +\d{1,2} +\d)")
 
 
-def _uptime_us(text: str) -> int:
-    seconds, _, fraction = text.partition(".")
-    return int(seconds) * 1_000_000 + int((fraction + "000000")[:6])
+_INDENTS: Final = (b" ", b"\t")
+# The first byte of a line that may continue a message: indentation, or a paste's quote or backtick.
+_CONTINUATION_STARTS: Final = (b" ", b"\t", b">", b"`")
 
 
-def _frac_ms(frac: str | None) -> int:
-    if not frac:
-        return 0
-    return round(int((frac + "000000")[:6]) / 1000)
-
-
-def _iso_ms(text: str) -> int:
-    """Epoch ms of an ISO 8601 time; no offset means UTC. Raises ValueError."""
-    parsed = datetime.fromisoformat(text.replace(",", ".", 1))
-    if parsed.tzinfo is None:
-        return round((parsed - _EPOCH_NAIVE) / _ONE_MS)
-    return round(parsed.timestamp() * 1000)
-
-
-_EPOCH_NAIVE: Final = datetime(1970, 1, 1)
-_ONE_MS: Final = timedelta(milliseconds=1)
-
-
-class _KernelTimes:
-    """Per-file state of time stamp conversion (year roll-over of RFC 3164 lines)."""
-
-    __slots__ = ("boot_time_ms", "last_month", "year", "zone")
-
-    def __init__(self, options: ParseOptions) -> None:
-        self.year = options.year
-        self.boot_time_ms = options.boot_time_ms
-        self.zone = options.zone()
-        self.last_month = 0
-
-    def prefix(self, prefix: str) -> tuple[int, str | None] | str:
-        """Return ``(ts_ms, host or None)`` from the text before ``NVRM: Xid``, or a reason."""
-        match = _DMESG_RE.match(prefix)
+def _unwrap(line: bytes) -> bytes:
+    """The line without what pasting into markdown adds around it."""
+    if b">" in line[:16]:
+        line = _QUOTE_RE.sub(b"", line, count=1)
+    if b"```" in line or b"~~~" in line:
+        match = _FENCE_RE.match(line)
         if match is not None:
-            if self.boot_time_ms is None:
-                return (
-                    "plain dmesg time stamp counts seconds since boot: pass --boot-time "
-                    "(the node's boot time) to place it"
-                )
-            return self.boot_time_ms + (_uptime_us(match["up"]) + 500) // 1000, match["host"]
-        match = _DMESG_T_RE.match(prefix)
-        if match is not None:
-            return self._dmesg_t(match)
-        match = _RFC3164_RE.match(prefix)
-        if match is not None:
-            return self._rfc3164(match)
-        match = _ISO_RE.match(prefix)
-        if match is not None:
-            try:
-                return _iso_ms(match["iso"]), match["host"]
-            except ValueError:
-                return f"bad time stamp {match['iso']!r}"
-        match = _RFC5424_RE.match(prefix)
-        if match is not None:
-            host = match["host"]
-            if match["ts"] == "-":
-                return "RFC 5424 record has no time stamp (NILVALUE '-')"
-            try:
-                return _iso_ms(match["ts"]), None if host == "-" else host
-            except ValueError:
-                return f"bad RFC 5424 time stamp {match['ts']!r}"
-        if not prefix.strip():
-            return "'NVRM: Xid' line has no time stamp"
-        return "unrecognised time stamp or syslog header before 'NVRM: Xid'"
-
-    def _dmesg_t(self, match: re.Match[str]) -> tuple[int, str | None] | str:
-        month = _MONTHS.get(match["mon"])
-        if month is None:
-            return f"bad month {match['mon']!r} in dmesg -T time stamp"
-        try:
-            moment = datetime(
-                int(match["year"]),
-                month,
-                int(match["day"]),
-                int(match["hh"]),
-                int(match["mm"]),
-                int(match["ss"]),
-                tzinfo=self.zone,
-            )
-        except ValueError as exc:
-            return f"bad dmesg -T time stamp: {exc}"
-        return round(moment.timestamp() * 1000), None
-
-    def _rfc3164(self, match: re.Match[str]) -> tuple[int, str | None] | str:
-        month = _MONTHS.get(match["mon"])
-        if month is None:
-            return f"bad month {match['mon']!r} in syslog time stamp"
-        if self.year is None:
-            return "syslog/journalctl time stamp has no year: pass --year"
-        if self.last_month and month < self.last_month - 6:
-            self.year += 1
-        self.last_month = month
-        try:
-            moment = datetime(
-                self.year, month, int(match["day"]), int(match["hh"]), int(match["mm"]), int(match["ss"])
-            )
-        except ValueError as exc:
-            return f"bad syslog time stamp: {exc}"
-        return round((moment - _EPOCH_NAIVE) / _ONE_MS) + _frac_ms(match["frac"]), match["host"]
+            tag = match["tag"]
+            line = line[match.end() if tag.lower() in _FENCE_TAGS or not tag else match.start("tag") :]
+        line = _TRAILING_FENCE_RE.sub(b"", line)
+    if b"`" in line:
+        line = line.replace(b"`", b"")
+    if b"**" in line:
+        line = line.replace(b"**", b"")
+    return line
 
 
-def _payload(text: str) -> tuple[int, str, int | None, str, str] | str:
-    """Return ``(xid, pci_bus_id, pid, process, message)`` of the ``NVRM: Xid ...`` text, or a reason."""
-    match = _PAYLOAD_RE.match(text)
-    if match is None:
-        return "truncated or malformed 'NVRM: Xid' line (expected 'NVRM: Xid (PCI:dddd:bb:dd): CODE, ...')"
-    xid = int(match["xid"])
-    if xid < 1:
-        return f"XID code must be >= 1, got {xid}"
-    pci = normalize_pci_bus_id(match["pci"])
-    rest = match["rest"] or ""
+def _device_id(text: str) -> str | None:
+    """The canonical PCI id, ``""`` for a redacted one, None for one that is malformed."""
+    try:
+        return normalize_pci_bus_id(text)
+    except ValueError:
+        pass
+    match = _TWO_FIELD_RE.fullmatch(text)
+    if match is not None:
+        return f"{match['domain'].lower()}:{match['bus'].lower()}:00"
+    if _REDACTED_RE.fullmatch(text) is not None:
+        return ""
+    return None
+
+
+@dataclass(slots=True)
+class _Payload:
+    """What the driver's message says: the code, the device, and the blamed process."""
+
+    xid: int
+    pci: str
+    device: str = "gpu"
+    pid: int | None = None
+    process: str = ""
+    message: str = ""
+    gone: bool = False  # a "fallen off the bus" message without a number (read as GONE_XID)
+
+
+def _pid_name(rest: str) -> tuple[int | None, str, str]:
     pid: int | None = None
     process = ""
     if rest.startswith("pid"):
@@ -207,13 +153,255 @@ def _payload(text: str) -> tuple[int, str, int | None, str, str] | str:
             if name != "<unknown>":
                 process = name
             rest = rest[name_match.end() :]
-    return xid, pci, pid, process, rest.strip()
+    return pid, process, rest.strip()
+
+
+def _xid_payload(text: str) -> _Payload | str:
+    """The ``NVRM: Xid ...`` text read, or a reason."""
+    match = _XID_RE.match(text)
+    if match is None:
+        return "truncated or malformed 'NVRM: Xid' line (expected 'NVRM: Xid (PCI:dddd:bb:dd): CODE, ...')"
+    pci = _device_id(match["id"])
+    if pci is None:
+        return f"truncated or malformed 'NVRM: Xid' line: {match['id']!r} is not a PCI id"
+    xid = int(match["xid"])
+    if xid < 1:
+        return f"XID code must be >= 1, got {xid}"
+    pid, process, message = _pid_name(match["rest"] or "")
+    return _Payload(xid, pci, pid=pid, process=process, message=message)
+
+
+def _sxid_payload(text: str) -> _Payload | str:
+    """The ``SXid ...`` text read, or a reason."""
+    match = _SXID_RE.match(text)
+    if match is None:
+        return "truncated or malformed 'SXid' line (expected 'SXid (PCI:dddd:bb:dd.f): CODE, ...')"
+    pci = _device_id(match["id"])
+    if pci is None:
+        return f"truncated or malformed 'SXid' line: {match['id']!r} is not a PCI id"
+    code = int(match["xid"])
+    if code < 1:
+        return f"SXid code must be >= 1, got {code}"
+    return _Payload(code, pci, device="nvswitch", message=(match["rest"] or "").strip())
+
+
+def _gone_payload(text: str) -> _Payload | None:
+    """A ``NVRM: GPU <id>`` message that may say the GPU fell off the bus (maybe on a later line)."""
+    match = _GONE_RE.match(text)
+    if match is None:
+        return None
+    try:
+        pci = normalize_pci_bus_id(match["pci"])
+    except ValueError:
+        return None
+    return _Payload(GONE_XID, pci, message=text.removeprefix("NVRM:").strip(), gone=True)
+
+
+@dataclass(slots=True)
+class _Pending:
+    """An event read but not yet yielded: the next lines may continue its message."""
+
+    payload: _Payload
+    ts_ms: int
+    node: str
+    line_no: int
+    indent: int
+    more: list[str] = field(default_factory=list)
+
+    def message(self) -> str:
+        if not self.more:
+            return self.payload.message
+        return " ".join(part for part in (self.payload.message, *self.more) if part)
+
+
+@dataclass(slots=True)
+class _FileCauseCount:
+    first_line: int
+    raw: bytes
+    last_line: int = 0
+    lines: int = 0
+
+
+def _decode(data: bytes) -> tuple[str, bool]:
+    try:
+        return data.decode("utf-8"), True
+    except UnicodeDecodeError:
+        return data.decode("utf-8", "replace"), False
+
+
+class _KernelLogParser:
+    """The state of one file's parse: pending event, XID 79s seen, causes that are the file's."""
+
+    def __init__(self, options: ParseOptions, source: str) -> None:
+        self.times = KernelTimes(options)
+        self.fallback_node = default_node(options, source)
+        self.cluster = options.cluster
+        self.source = source
+        self.pending: _Pending | None = None
+        self.recent_gone: dict[tuple[str, str], int] = {}  # (node, pci) -> time of its last XID 79
+        self.file_causes: dict[str, _FileCauseCount] = {}
+
+    def feed(self, line_no: int, line: bytes) -> list[XidEvent | InvalidRecord]:
+        """Read one line (after :meth:`KernelTimes.observe`); return what it completes.
+
+        A list, not a generator: this runs for every driver line, and most return nothing.
+        """
+        pending = self.pending
+        if pending is not None and self._continues(line, pending):
+            return []
+        has_nvrm = _NVRM in line
+        if not has_nvrm and _SXID not in line:
+            return self._flushed()
+        raw = strip_eol(line)
+        # Pasting wrappers are rare: a few scans in C decide whether to look for them at all.
+        text = _unwrap(raw) if b"`" in raw or b"*" in raw or b">" in raw[:16] or b"~~~" in raw else raw
+        marker = text.find(_NVRM) if has_nvrm else -1
+        if marker < 0:
+            marker = text.find(_SXID)
+            if marker < 0:
+                return self._flushed()
+        payload_text, clean = _decode(text[marker:])
+        payload: _Payload | str | None
+        if text.startswith(b"NVRM: Xid", marker):
+            payload = _xid_payload(payload_text)
+        elif text.startswith(_SXID, marker):
+            payload = _sxid_payload(payload_text)
+        else:
+            payload = _gone_payload(payload_text)
+            if payload is None:  # another driver message: irrelevant
+                return self._flushed()
+        if isinstance(payload, str):
+            if not clean:
+                payload = f"invalid UTF-8 in a driver line: {payload}"
+            return [*self._flushed(), invalid(payload, raw, self.source, line_no)]
+        prefix_bytes = text[:marker]
+        try:
+            prefix = prefix_bytes.decode("utf-8")
+        except UnicodeDecodeError:
+            reason = "invalid UTF-8 in the time stamp or host of a driver line"
+            return [*self._flushed(), invalid(reason, raw, self.source, line_no)]
+        if payload.device == "nvswitch":
+            prefix = _SWITCH_TAG_RE.sub("", prefix)
+        stamp = self.times.prefix(prefix)
+        if isinstance(stamp, str):
+            out = self._flushed()
+            if payload.gone and _GONE_TEXT not in payload.message:
+                return out  # only a GPU's name: nothing to place
+            if isinstance(stamp, FileCause):
+                self._count_file_cause(stamp, line_no, raw)
+            else:
+                out.append(invalid(stamp, raw, self.source, line_no))
+            return out
+        ts_ms, host = stamp
+        node = host or self.fallback_node
+        if not node:
+            reason = "no node name in the line or the file name: pass --node"
+            return [*self._flushed(), invalid(reason, raw, self.source, line_no)]
+        if pending is not None and self._folds_into(pending, payload, node):
+            pending.more.append(payload.message)
+            return []
+        if pending is not None and pending.payload.gone and self._same_failure(pending, payload, node, ts_ms):
+            self.pending = None  # the fallen-off message of this XID 79, printed just before it
+        out = self._flushed()
+        indent = len(text) - len(text.lstrip(b" \t")) if text[:1] in _INDENTS else 0
+        self.pending = _Pending(payload, ts_ms, node, line_no, indent)
+        return out
+
+    def finish(self) -> Iterator[XidEvent | InvalidRecord]:
+        """What the end of the file completes: the pending event, then the file's causes."""
+        yield from self._flushed()
+        for reason, count in self.file_causes.items():
+            if count.lines == 1:
+                yield invalid(reason, count.raw, self.source, count.first_line)
+                continue
+            yield InvalidRecord(
+                f"{reason} ({count.lines} driver lines of this file, reported once; the first is kept)",
+                raw=count.raw,
+                source=self.source,
+                location=f"lines {count.first_line}-{count.last_line} ({count.lines} lines)",
+            )
+
+    def _count_file_cause(self, reason: str, line_no: int, raw: bytes) -> None:
+        count = self.file_causes.get(reason)
+        if count is None:
+            count = self.file_causes[reason] = _FileCauseCount(line_no, raw)
+        count.lines += 1
+        count.last_line = line_no
+
+    @staticmethod
+    def _continues(line: bytes, pending: _Pending) -> bool:
+        """Whether ``line`` continues the pending message (indented under it), and if so take it."""
+        if line[:1] not in _CONTINUATION_STARTS:  # most lines: a new record, at once
+            return False
+        text = strip_eol(line)
+        if b">" in text[:16] or b"`" in text:
+            text = _unwrap(text)
+        body = text.lstrip(b" \t")
+        if not body or len(text) - len(body) <= pending.indent or _RECORD_START_RE.match(body) is not None:
+            return False
+        if b"Xid" in body:  # a driver line of its own, only indented
+            return False
+        part = body.decode("utf-8", "replace").strip()
+        pending.more.append(part.removeprefix("NVRM:").strip())
+        return True
+
+    @staticmethod
+    def _folds_into(pending: _Pending, payload: _Payload, node: str) -> bool:
+        """An SXid's ``Severity``/``Data`` line: details of the SXid before it, not a new one."""
+        first = pending.payload
+        return (
+            payload.device == "nvswitch"
+            and first.device == "nvswitch"
+            and (first.xid, first.pci, pending.node) == (payload.xid, payload.pci, node)
+            and payload.message.startswith(_SXID_DETAIL)
+        )
+
+    @staticmethod
+    def _same_failure(pending: _Pending, payload: _Payload, node: str, ts_ms: int) -> bool:
+        return (
+            payload.xid == GONE_XID
+            and payload.device == "gpu"
+            and not payload.gone
+            and (pending.node, pending.payload.pci) == (node, payload.pci)
+            and abs(ts_ms - pending.ts_ms) <= _GONE_WINDOW_MS
+        )
+
+    def _flushed(self) -> list[XidEvent | InvalidRecord]:
+        """The pending event as a new list (empty when there is none or it is dropped)."""
+        pending = self.pending
+        if pending is None:
+            return []
+        self.pending = None
+        payload = pending.payload
+        message = pending.message()
+        key = (pending.node, payload.pci)
+        if payload.gone:
+            if _GONE_TEXT not in message:
+                return []  # a GPU named for another reason (``NVRM: GPU at PCI:...: GPU-uuid``)
+            last = self.recent_gone.get(key)
+            if last is not None and abs(pending.ts_ms - last) <= _GONE_WINDOW_MS:
+                return []  # the same failure as the XID 79 just before it
+        if payload.xid == GONE_XID and payload.device == "gpu":
+            self.recent_gone[key] = pending.ts_ms
+        event = XidEvent(
+            ts_ms=pending.ts_ms,
+            cluster=self.cluster,
+            node=pending.node,
+            xid=payload.xid,
+            pci_bus_id=payload.pci,
+            pid=payload.pid,
+            process=payload.process,
+            message=message,
+            source=f"{self.source}:{pending.line_no}",
+            device=payload.device,
+        )
+        return [event]
 
 
 def parse_kernel_log(
     lines: Iterable[bytes], options: ParseOptions, source: str
 ) -> Iterator[XidEvent | InvalidRecord]:
-    """Parse kernel log lines into XID events and dead letters.
+    """Parse kernel log lines into XID / SXid events and dead letters.
 
     Parameters
     ----------
@@ -227,7 +415,8 @@ def parse_kernel_log(
     Yields
     ------
     XidEvent | InvalidRecord
-        One event per ``NVRM: Xid`` line, in file order, or its dead letter.
+        One event per driver message, in file order, or its dead letter; then one dead letter
+        per cause that is the file's.
 
     Examples
     --------
@@ -236,52 +425,21 @@ def parse_kernel_log(
     >>> event = next(parse_kernel_log([line], ParseOptions(year=2024), "syslog"))
     >>> event.node, event.xid, event.pci_bus_id, event.pid, event.process, event.message
     ('node001', 79, '0000:3b:00', 1101, 'python', 'GPU has fallen off the bus.')
+    >>> line = b"Jan 15 10:23:45 node001 kernel: nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Non-fatal"
+    >>> event = next(parse_kernel_log([line], ParseOptions(year=2024), "syslog"))
+    >>> event.device, event.xid, event.pci_bus_id, event.gpu, event.message
+    ('nvswitch', 12028, '0000:05:00', None, 'Non-fatal')
     """
-    times = _KernelTimes(options)
-    fallback_node = default_node(options, source)
-    cluster = options.cluster
-    marker = _MARKER
+    parser = _KernelLogParser(options, source)
+    observe = parser.times.observe
     for line_no, line in enumerate(lines, 1):
-        at = line.find(marker)
-        if at < 0:
+        if b"[" in line[:24]:  # dmesg --reltime stamps count on every line (cheap test first)
+            observe(line)
+        # Most kernel lines are someone else's: skip them here, without a call, unless they may
+        # continue a pending message.
+        if parser.pending is None and _NVRM not in line and _SXID not in line:
             continue
-        raw = strip_eol(line)
-        prefix_bytes = raw[:at]
-        payload_bytes = raw[at:]
-        try:
-            payload = _payload(payload_bytes.decode("utf-8"))
-        except UnicodeDecodeError:
-            payload = _payload(payload_bytes.decode("utf-8", "replace"))
-            if isinstance(payload, str):
-                payload = f"invalid UTF-8 in an 'NVRM: Xid' line: {payload}"
-        if isinstance(payload, str):
-            yield invalid(payload, raw, source, line_no)
-            continue
-        try:
-            prefix = prefix_bytes.decode("utf-8")
-        except UnicodeDecodeError:
-            yield invalid(
-                "invalid UTF-8 in the time stamp or host of an 'NVRM: Xid' line", raw, source, line_no
-            )
-            continue
-        stamp = times.prefix(prefix)
-        if isinstance(stamp, str):
-            yield invalid(stamp, raw, source, line_no)
-            continue
-        ts_ms, host = stamp
-        node = host or fallback_node
-        if not node:
-            yield invalid("no node name in the line or the file name: pass --node", raw, source, line_no)
-            continue
-        xid, pci, pid, process, message = payload
-        yield XidEvent(
-            ts_ms=ts_ms,
-            cluster=cluster,
-            node=node,
-            xid=xid,
-            pci_bus_id=pci,
-            pid=pid,
-            process=process,
-            message=message,
-            source=f"{source}:{line_no}",
-        )
+        out = parser.feed(line_no, line)
+        if out:
+            yield from out
+    yield from parser.finish()

@@ -12,7 +12,9 @@ Read from each ``GPU 00000000:07:00.0`` section (the bus id names the GPU):
 * ``Remapped Rows``: ``Correctable Error``, ``Uncorrectable Error``, ``Pending``,
   ``Remapping Failure Occurred`` (Yes/No -> 1/0).
 
-``N/A`` (and ``Not Supported``, ``Unknown``) leaves a counter out. A GPU section without any
+``N/A``, ``Not Supported``, ``Unknown`` and any bracketed value (``[N/A]``, ``[Not Supported]``,
+``[Insufficient Permissions]``, ``[GPU requires reset]``: nvidia-smi's way of saying it has no
+value) leave a counter out: "no value" never becomes a count. A GPU section without any
 counter (ECC not supported) yields nothing. The time is the ``Timestamp`` line of the dump,
 read in ``options.timezone``; several dumps may be concatenated, each starting with the
 ``==============NVSMI LOG==============`` banner. The node is ``options.node``, else the file
@@ -28,22 +30,18 @@ from datetime import datetime
 from typing import Final
 
 from schemas.records import EccSample, InvalidRecord, normalize_pci_bus_id
+from stream.inputs.parsers.kernel_times import month_number
 from stream.inputs.parsers.options import ParseOptions, default_node, invalid, strip_eol
 
 __all__ = ["parse_nvidia_smi"]
 
 _GPU_RE: Final = re.compile(r"^GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-9A-Fa-f])?)\s*$")
 _KEY_VALUE_RE: Final = re.compile(r"^(.*?)\s+:(?:\s+(.*))?$")
+# ctime-like, weekday and month in the machine's LC_TIME language (as in ``dmesg -T``).
 _TIMESTAMP_RE: Final = re.compile(
-    r"^[A-Z][a-z]{2}\s+(?P<mon>[A-Z][a-z]{2})\s+(?P<day>\d{1,2})\s+"
+    r"^\S+\s+(?P<mon>[^\W\d_]{2,7}\.?|\d{1,2}[月월])\s+(?P<day>\d{1,2})\s+"
     r"(?P<hh>\d{1,2}):(?P<mm>\d{2}):(?P<ss>\d{2})\s+(?P<year>\d{4})$"
 )
-_MONTHS: Final = {
-    name: index
-    for index, name in enumerate(
-        ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1
-    )
-}
 _ABSENT: Final = frozenset(
     {"n/a", "[n/a]", "not supported", "[not supported]", "unknown", "unknown error", "[unknown error]"}
 )
@@ -101,7 +99,7 @@ def _timestamp(text: str, options: ParseOptions) -> int | None:
     match = _TIMESTAMP_RE.match(text)
     if match is None:
         return None
-    month = _MONTHS.get(match["mon"])
+    month = month_number(match["mon"])
     if month is None:
         return None
     try:
@@ -236,7 +234,7 @@ def parse_nvidia_smi(
         if counter is None:
             continue
         lowered = value.lower()
-        if lowered in _ABSENT:
+        if lowered in _ABSENT or (value.startswith("[") and value.endswith("]")):
             continue
         if counter in _FLAG_COUNTERS and lowered in _FLAGS:
             number = _FLAGS[lowered]

@@ -1,7 +1,11 @@
 """Slurm ``sacct -P`` output -> :class:`~schemas.records.JobEvent`.
 
-The header line names the columns, in any order and any case; ``JobID`` and ``State`` are
-required, the others used when present: ``Start``, ``End``, ``Submit``, ``NodeList``, ``NNodes``,
+The header line names the columns, in any order and any case. The job id column is ``JobID``,
+or ``JobIDRaw`` when there is no ``JobID`` (array jobs then appear by their raw ids); it, ``State``,
+``Start`` and ``End`` are required. A header without ``Start`` or ``End`` (``sacct -P`` with its
+default ``--format``) is ONE dead letter, at the header, naming the columns to add and the command
+line to run; the rows of that table are not read (every job would lack its times). The others are
+used when present: ``Submit``, ``NodeList``, ``NNodes``,
 ``AllocTRES``, ``ReqTRES``, ``AllocGRES``, ``ReqGRES``, ``ExitCode``, ``JobName``, ``User``,
 ``Cluster``. The delimiter is ``|`` or ``|#`` (``sacct -P --delimiter='|#'``), read from the header.
 A column named twice uses its first occurrence. A line equal in shape to a header (every field a
@@ -44,7 +48,7 @@ from schemas.records import InvalidRecord, JobEvent, JobState
 from stream.inputs.parsers.hostlist import expand_hostlist
 from stream.inputs.parsers.options import ParseOptions, invalid, strip_eol
 
-__all__ = ["parse_sacct", "parse_sacct_state", "read_sacct_header"]
+__all__ = ["SACCT_COMMAND", "parse_sacct", "parse_sacct_state", "read_sacct_header"]
 
 _STATES: Final[dict[str, JobState]] = {
     **{state.value: state for state in JobState},
@@ -59,13 +63,14 @@ _STATES: Final[dict[str, JobState]] = {
 }
 _NO_TIME: Final = frozenset({"", "unknown", "none", "n/a"})
 _HEADER_NAME_RE: Final = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
-_HEADER_HINT_RE: Final = re.compile(rb"(?i)(?:^|\|)#?jobid(?:\||$)")
+_HEADER_HINT_RE: Final = re.compile(rb"(?i)(?:^|\|)#?jobid(?:raw)?(?:\||$)")
 _TRES_GPU_RE: Final = re.compile(r"(?:^|,)gres/gpu=(\d+)(?=,|$)")
 _TRES_GPU_TYPED_RE: Final = re.compile(r"(?:^|,)gres/gpu:[^=,]+=(\d+)(?=,|$)")
 _GRES_GPU_RE: Final = re.compile(r"(?:^|,)(PER_NODE:)?gpu(?::[^:,(]+)?:(\d+)")
 
 _COLUMNS: Final = (
     "jobid",
+    "jobidraw",
     "state",
     "start",
     "end",
@@ -114,10 +119,26 @@ class _Header:
         for position, name in enumerate(names):
             index.setdefault(name.strip().lower(), position)
         self.index = {name: index.get(name, -1) for name in _COLUMNS}
+        if self.index["jobid"] < 0:  # ``--format=JobIDRaw,...``: the raw id is the job's id
+            self.index["jobid"] = self.index["jobidraw"]
+
+    def missing(self) -> list[str]:
+        """The required columns this table lacks (the job id and State are there by construction)."""
+        return [name for name, key in (("Start", "start"), ("End", "end")) if self.index[key] < 0]
+
+
+#: The command line README recommends; named in the dead letter of a table that lacks a column.
+SACCT_COMMAND: Final = (
+    "sacct --allusers --allocations --parsable2 --starttime YYYY-MM-DD --endtime now "
+    "--format=JobID,State,Submit,Start,End,NodeList,NNodes,AllocTRES,ExitCode,JobName,User,Cluster"
+)
 
 
 def read_sacct_header(line: bytes) -> _Header | None:
-    """Return the column layout if ``line`` is a sacct header (names JobID and State), else None."""
+    """Return the column layout if ``line`` is a sacct header (names JobID or JobIDRaw, and State).
+
+    None when it is not one.
+    """
     try:
         text = line.decode("utf-8").strip()
     except UnicodeDecodeError:
@@ -127,7 +148,7 @@ def read_sacct_header(line: bytes) -> _Header | None:
     if not all(_HEADER_NAME_RE.match(name) for name in names):
         return None
     lowered = {name.lower() for name in names}
-    if "jobid" not in lowered or "state" not in lowered:
+    if ("jobid" not in lowered and "jobidraw" not in lowered) or "state" not in lowered:
         return None
     return _Header(delim, names)
 
@@ -293,6 +314,7 @@ def parse_sacct(
     """
     convert = _Converter(options)
     header: _Header | None = None
+    skipping = False  # the current table lacks a required column: its rows are not read
     seen: set[tuple[str, str, int]] = set()
     pending: list[bytes] = []
     pending_fields = 0
@@ -338,15 +360,29 @@ def parse_sacct(
             new_header = read_sacct_header(line)
             if new_header is not None:
                 header = new_header
+                missing = header.missing()
+                skipping = bool(missing)
+                if skipping:
+                    yield invalid(
+                        f"sacct output has no {' and no '.join(missing)} column (the default --format?): "
+                        f"its jobs cannot be placed in time, so the rows below this header are not read; "
+                        f"add {', '.join(missing)} to --format, e.g. {SACCT_COMMAND}",
+                        line,
+                        source,
+                        line_no,
+                    )
                 continue
             if header is None:
                 yield invalid(
-                    "no sacct header (a '|'-separated line naming JobID and State) before this line",
+                    "no sacct header (a '|'-separated line naming JobID or JobIDRaw, and State) "
+                    "before this line",
                     line,
                     source,
                     line_no,
                 )
                 continue
+        if skipping:
+            continue
         count = line.count(header.delim_bytes) + 1
         if count == header.width:
             yield from finish([line], line_no)

@@ -135,7 +135,72 @@ def test_application_xids_alone_open_no_incident_but_unknown_ones_are_flagged():
     scattered = [xid(T0 + i * HOUR, node=f"n{i % 7}", code=13) for i in range(50)]
     _, out = run_all([*scattered, xid(T0 + 50 * HOUR, code=4242)])
     kinds = {(i.kind, i.severity) for i in out.incidents}
-    assert kinds == {(IncidentKind.XID_UNKNOWN, Severity.WARN)}
+    assert kinds == {(IncidentKind.XID_UNKNOWN, Severity.INFO)}
+
+
+def test_unknown_xids_open_at_most_one_info_incident_per_node_and_day():
+    buses = [f"0000:{n:02x}:00" for n in range(8)]
+    day1 = [xid(T0 + i * MIN, bus=bus, code=4242) for i, bus in enumerate(buses)]
+    day1 += [xid(T0 + 10 * HOUR, bus=buses[0], code=4343)]
+    day2 = [xid(T0 + 24 * HOUR + MIN, bus=buses[3], code=4242)]
+    _, out = run_all([*day1, *day2])
+    opened = [i for i in out.incidents if i.status is IncidentStatus.OPEN]
+    assert [(i.kind, i.severity, i.gpu) for i in opened] == [
+        (IncidentKind.XID_UNKNOWN, Severity.INFO, "")
+    ] * 2
+
+
+def test_a_row_remap_after_a_dbe_joins_its_incident_and_45_after_it_opens_none():
+    records = [xid(T0, code=48), xid(T0 + 200, code=63), xid(T0 + 400, code=45)]
+    _, out = run_all(records)
+    assert {(i.kind, i.severity) for i in out.incidents} == {(IncidentKind.GPU_MEMORY, Severity.CRITICAL)}
+    assert len({i.incident_id for i in out.incidents}) == 1
+    [latest] = [i for i in out.incidents if i.evidence_count == 2]
+    assert "drain" in latest.action
+
+
+def test_the_context_window_is_per_gpu_and_looks_back_only():
+    # A 63 on another GPU, or a minute and more after the 48, is a row-remap event of its own.
+    records = [xid(T0, code=48), xid(T0 + 100, code=63, bus="0000:0f:00"), xid(T0 + 2 * MIN, code=63)]
+    _, out = run_all(records)
+    kinds = {(i.kind, i.gpu) for i in out.incidents}
+    assert kinds == {
+        (IncidentKind.GPU_MEMORY, "0000:07:00"),
+        (IncidentKind.GPU_ROW_REMAP, "0000:0f:00"),
+        (IncidentKind.GPU_ROW_REMAP, "0000:07:00"),
+    }
+
+
+def sxid(ts, code, message, switch="0000:c2:00", node="n1"):
+    return XidEvent(
+        ts_ms=ts, cluster="c", node=node, xid=code, pci_bus_id=switch, message=message, device="nvswitch"
+    )
+
+
+def test_nvswitch_sxids_are_their_own_incidents_per_switch_and_fatal_ones_are_job_evidence():
+    end = T0 + 2 * HOUR
+    records = [
+        job(T0, "j1", JobState.RUNNING, nodes=("n1",), start=T0),
+        sxid(T0 + MIN, 11012, "Non-fatal, Link 10 single bit ECC"),  # corrected: stored, no incident
+        sxid(end - MIN, 20034, "Fatal, Link 28 LTSSM Fault Up"),
+        sxid(end - MIN + 1, 20034, "Fatal, Link 29 LTSSM Fault Up", switch="0000:c3:00"),
+        job(end, "j1", JobState.FAILED, nodes=("n1",), start=T0, end=end),
+        xid(end + 2 * HOUR, node="n9", code=13),
+    ]
+    _, out = run_all(records)
+    opened = {(i.kind, i.gpu, i.severity) for i in out.incidents if i.status is IncidentStatus.OPEN}
+    assert opened == {
+        (IncidentKind.NVSWITCH_FATAL, "0000:c2:00", Severity.CRITICAL),
+        (IncidentKind.NVSWITCH_FATAL, "0000:c3:00", Severity.CRITICAL),
+    }
+    [attribution] = out.attributions
+    assert attribution.hardware and IncidentKind.NVSWITCH_FATAL in attribution.evidence_kinds
+    assert attribution.evidence_xids == ()  # SXid codes are not GPU XIDs
+
+
+def test_an_nvswitch_error_reported_non_fatal_is_a_warning():
+    _, out = run_all([sxid(T0, 20034, "Non-fatal, Link 28 LTSSM Fault Up")])
+    assert {(i.kind, i.severity) for i in out.incidents} == {(IncidentKind.NVSWITCH_NONFATAL, Severity.WARN)}
 
 
 def test_ecc_dbe_and_xid_48_on_the_same_gpu_are_one_incident():
@@ -266,3 +331,25 @@ def test_quiet_period_is_judged_on_event_time_not_on_how_far_the_watermark_got()
     first, second = statuses[0][0], statuses[-1][0]
     assert first != second
     assert (first, IncidentStatus.RESOLVED) in statuses
+
+
+def test_a_checkpoint_pickled_before_the_xid_context_existed_still_loads():
+    import pickle
+
+    core, _ = run_all([xid(T0, code=48)])
+    state = dict(core.__dict__)
+    del state["_recent_xids"], state["_unknown_day"]
+    old = DetectionCore.__new__(DetectionCore)
+    old.__setstate__(state)
+    restored = pickle.loads(pickle.dumps(old))
+    assert restored.process(xid(T0 + 1000, code=4242))
+    assert {i.kind for i in restored.drain().incidents} == {IncidentKind.XID_UNKNOWN}
+
+
+def test_a_contained_memory_error_does_not_page_but_attributes_the_failed_job():
+    attribution, out = failed_job_with_xid_at(-2 * MIN, code=94)
+    assert attribution.hardware and attribution.evidence_xids == (94,)
+    assert {(i.kind, i.severity) for i in out.incidents} == {
+        (IncidentKind.GPU_MEMORY, Severity.WARN),
+        (IncidentKind.JOB_HW_FAILURE, Severity.WARN),
+    }

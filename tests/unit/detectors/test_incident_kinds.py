@@ -4,6 +4,7 @@ import pytest
 
 from detectors.core import CoreConfig, DetectionCore
 from detectors.ecc_rules import ecc_step
+from detectors.sxid_catalog import SXID_CATALOG, classify_sxid
 from detectors.xid_catalog import CATALOG, XidCategory, classify_xid
 from schemas.outputs import IncidentKind, Severity
 from schemas.records import XidEvent
@@ -24,10 +25,26 @@ def test_the_core_emits_an_incident_kind_member_for_every_xid_that_opens_an_inci
     core = DetectionCore(CoreConfig())
     core.process(XidEvent(ts_ms=T0, cluster="c", node="n1", xid=code, pci_bus_id="0000:07:00"))
     kinds = {incident.kind for incident in core.drain().incidents}
-    if classify_xid(code).severity is Severity.INFO:
+    info = classify_xid(code)
+    if info.category is XidCategory.UNKNOWN:
+        assert kinds == {IncidentKind.XID_UNKNOWN}  # flagged, at info level
+    elif info.severity is Severity.INFO:
         assert kinds == set()
     else:
-        assert kinds == {classify_xid(code).category.incident_kind}
+        assert kinds == {info.category.incident_kind}
+    assert all(type(kind) is IncidentKind for kind in kinds)
+
+
+@pytest.mark.parametrize("code", [*sorted(SXID_CATALOG), 99999])
+@pytest.mark.parametrize("message", ["", "Fatal, Link 28", "Non-fatal, Link 28"])
+def test_the_core_emits_an_incident_kind_member_for_every_sxid(code, message):
+    core = DetectionCore(CoreConfig())
+    event = XidEvent(ts_ms=T0, cluster="c", node="n1", xid=code, pci_bus_id="0000:c2:00", message=message,
+                     device="nvswitch")  # fmt: skip
+    core.process(event)
+    kinds = {incident.kind for incident in core.drain().incidents}
+    info = classify_sxid(code, message)
+    assert kinds == (set() if info.severity is Severity.INFO else {info.incident_kind})
     assert all(type(kind) is IncidentKind for kind in kinds)
 
 

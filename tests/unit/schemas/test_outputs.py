@@ -10,8 +10,8 @@ from schemas.outputs import Incident, IncidentKind, IncidentStatus, Severity
 # migration, not a refactoring.
 STORED_KINDS = {
     "gpu_application", "gpu_memory", "gpu_row_remap", "gpu_nvlink", "gpu_bus", "gpu_firmware",
-    "gpu_engine", "gpu_driver", "gpu_thermal_power", "xid_unknown", "xid_storm", "nvlink_flapping",
-    "ecc_trend", "lemon_node", "job_hw_failure",
+    "gpu_engine", "gpu_driver", "gpu_thermal_power", "gpu_recovery", "xid_unknown", "nvswitch_fatal",
+    "nvswitch_nonfatal", "xid_storm", "nvlink_flapping", "ecc_trend", "lemon_node", "job_hw_failure",
 }  # fmt: skip
 
 

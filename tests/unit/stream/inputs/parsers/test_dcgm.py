@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 
 from schemas.records import ECC_COUNTERS, EccSample, InvalidRecord, XidEvent
-from stream.inputs.parsers import ParseOptions, parse_file
-from stream.inputs.parsers.dcgm import METRIC_COUNTERS, XID_MESSAGE, parse_dcgm
+from schemas.timeutil import format_ts
+from stream.inputs.files import MergedInputs
+from stream.inputs.parsers import Format, ParseOptions, detect_format, parse_file, scrape_time_fallback
+from stream.inputs.parsers.dcgm import DCGM_BLANKS, METRIC_COUNTERS, XID_MESSAGE, XID_METRIC, parse_dcgm
 
 DATA = Path(__file__).resolve().parents[4] / "data" / "dcgm"
 T0 = 1705312800000
@@ -109,10 +112,13 @@ def test_federated_sample_file() -> None:
 
 def test_exporter_scrape_without_timestamps() -> None:
     path = DATA / "node001.prom"
-    records, dead = split(parse_file(path, ParseOptions()))
+    records, dead = split(parse_dcgm(path.read_bytes().split(b"\n"), ParseOptions(), str(path)))
     assert records == []
-    assert len(dead) == 24  # 12 metrics we read x 2 GPUs
-    assert all(d.reason.endswith("sample has no time stamp: pass --scrape-time") for d in dead)
+    assert len(dead) == 1  # the file's cause, once: 12 metrics we read x 2 GPUs
+    assert (
+        dead[0].reason.startswith("24 samples have no time stamp") and "pass --scrape-time" in dead[0].reason
+    )
+    assert dead[0].location.startswith("lines ") and dead[0].location.endswith("(24 lines)")
 
     records, dead = split(parse_file(path, ParseOptions(scrape_time_ms=T0, node="ignored")))
     assert dead == []
@@ -245,3 +251,96 @@ def test_node_from_label_then_option_then_file_stem_and_escaped_labels() -> None
     assert (from_stem.gpu, from_stem.pci_bus_id, dict(from_stem.counters)) == (2, "", {"dbe_volatile": 10})
     _, dead = split(parse_dcgm([raw], ParseOptions(), ""))
     assert "pass --node" in dead[0].reason
+
+
+# --- issue 13: the file's modification time, DCGM blanks ------------------------------------------
+
+
+def test_a_scrape_without_time_stamps_falls_back_to_the_file_modification_time(tmp_path: Path) -> None:
+    path = tmp_path / "node001.prom"
+    path.write_bytes((DATA / "node001.prom").read_bytes())
+    os.utime(path, ns=(T0 * 1_000_000, T0 * 1_000_000))
+    options, note = scrape_time_fallback(path, Format.DCGM, ParseOptions())
+    assert options.scrape_time_ms == T0
+    assert note is not None and format_ts(T0) in note and "--scrape-time" in note
+    records, dead = split(parse_file(path, ParseOptions()))
+    assert dead == [] and {r.ts_ms for r in records} == {T0} and len(records) == 2
+    given, note = scrape_time_fallback(path, Format.DCGM, ParseOptions(scrape_time_ms=5))
+    assert given.scrape_time_ms == 5 and note is None  # --scrape-time wins, nothing to announce
+    timed = DATA / "dcgm-federate.prom"
+    assert scrape_time_fallback(timed, Format.DCGM, ParseOptions())[1] is None
+
+
+def test_the_replay_summary_announces_the_fallback(tmp_path: Path) -> None:
+    path = tmp_path / "node001.prom"
+    path.write_bytes((DATA / "node001.prom").read_bytes())
+    inputs = MergedInputs([path], ParseOptions(), None, 60_000)
+    assert len(list(inputs)) == 2
+    [stats] = inputs.sources
+    assert len(stats.notes) == 1 and "modification time" in stats.notes[0]
+
+
+@pytest.mark.parametrize(("name", "value"), sorted(DCGM_BLANKS.items()))
+@pytest.mark.parametrize(
+    "metric",
+    [
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+        XID_METRIC,
+    ],
+)
+def test_every_dcgm_blank_is_no_value_never_a_count(name: str, value: float, metric: str) -> None:
+    """A blank sentinel leaves the counter out (an older exporter once made two false critical
+    gpu_row_remap incidents of them); other counters of the sample are kept."""
+    spellings = {repr(value)} | ({str(int(value))} if float(value).is_integer() else set())
+    for text in spellings:
+        lines = [line(metric, text), line("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "4")]
+        records, dead = split(parse_dcgm(lines, ParseOptions(), "n.prom"))
+        assert dead == [], (name, text)
+        assert [type(r).__name__ for r in records] == ["EccSample"], (name, text)  # no XID from a blank
+        assert dict(records[0].counters) == {"sbe_volatile": 4}, (name, text)
+
+
+def test_values_just_below_the_blanks_are_counts() -> None:
+    for value in (0x7FFFFFF0 - 1, 140737488355328 - 1):
+        records, dead = split(
+            parse_dcgm([line("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", str(value))], ParseOptions(), "n")
+        )
+        assert dead == [] and dict(records[0].counters) == {"dbe_volatile": value}
+
+
+def test_a_sample_of_blanks_only_is_not_emitted() -> None:
+    lines = [line(metric, "9223372036854775794") for metric in METRIC_COUNTERS]
+    assert list(parse_dcgm(lines, ParseOptions(), "n.prom")) == []
+
+
+def test_an_exporter_scrape_with_blanks_stores_no_sentinel_and_raises_no_incident() -> None:
+    """The issue's case: an older exporter printed blanks for a V100's row-remap fields, and they were
+    stored as counts (two false critical gpu_row_remap incidents). Two scrapes of it now give samples
+    without those counters, and the detection core finds nothing."""
+    from detectors.core import CoreConfig, DetectionCore
+
+    path = DATA / "gpu-a100-01.exporter-blanks.prom"
+    assert detect_format(path) is Format.DCGM
+    core = DetectionCore(CoreConfig())
+    incidents = []
+    for scrape_ms in (T0, T0 + 60_000):
+        records, dead = split(parse_file(path, ParseOptions(scrape_time_ms=scrape_ms)))
+        assert dead == []
+        # Two samples and no XID: field 230's blank is no code.
+        assert [type(r).__name__ for r in records] == ["EccSample", "EccSample"]
+        a100, v100 = records
+        assert dict(a100.counters) == {
+            "sbe_volatile": 2, "dbe_volatile": 0, "sbe_aggregate": 11, "dbe_aggregate": 0,
+            "remapped_rows_uncorrectable": 0, "remapped_rows_correctable": 0, "remap_failure": 0, "remap_pending": 0,
+        }  # fmt: skip
+        assert dict(v100.counters) == {
+            "sbe_volatile": 0, "dbe_volatile": 0, "sbe_aggregate": 3, "dbe_aggregate": 0,
+            "retired_pages_sbe": 0, "retired_pages_dbe": 0, "retired_pages_pending": 0,
+        }  # fmt: skip
+        for record in records:
+            assert core.process(record)
+        incidents += core.drain().incidents
+    incidents += core.finish().incidents
+    assert incidents == []

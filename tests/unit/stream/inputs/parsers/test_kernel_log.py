@@ -87,12 +87,15 @@ def test_plain_dmesg_sample() -> None:
     assert dead[2].reason == "XID code must be >= 1, got 0"
 
 
-def test_plain_dmesg_without_boot_time_dead_letters_every_xid_line() -> None:
+def test_plain_dmesg_without_boot_time_is_one_dead_letter_for_the_file() -> None:
+    """The cause is the file (no --boot-time), so it is said once, not once per line."""
     events, dead = split(parse_file(DATA / "node017.dmesg", ParseOptions()))
     assert events == []
-    assert len(dead) == 11
+    assert len(dead) == 4  # three bad lines, and the file's cause
     boot = [d for d in dead if "--boot-time" in d.reason]
-    assert [d.location for d in boot] == [f"line {n}" for n in (9, 14, 15, 16, 17, 19, 20, 24)]
+    assert [d.location for d in boot] == ["lines 9-24 (9 lines)"]  # 8 Xid lines and a fallen-off one
+    assert "9 driver lines of this file, reported once" in boot[0].reason
+    assert boot[0].raw.startswith(b"[ 3456.789020] NVRM: Xid (PCI:0000:3b:00): 79")
 
 
 def test_dmesg_T_sample_reads_local_time() -> None:
@@ -137,7 +140,8 @@ def test_syslog_sample_with_crlf_pri_uptime_and_new_year() -> None:
 def test_syslog_without_year_asks_for_it() -> None:
     events, dead = split(parse_file(DATA / "syslog-cluster-a.log", ParseOptions()))
     assert events == []
-    assert sum("pass --year" in d.reason for d in dead) == 5
+    year = [d for d in dead if "pass --year" in d.reason]
+    assert len(year) == 1 and year[0].location == "lines 2-9 (5 lines)"  # once for the file
 
 
 def test_journalctl_short_iso_sample() -> None:
@@ -408,3 +412,169 @@ def test_good_lines_around_bad_ones_are_kept_with_their_line_numbers() -> None:
         "pci_bus_id": "0000:3b:00",
         "message": "a",
     }
+
+
+# --- issue 13: what real clusters print ---------------------------------------------------------
+
+ISSUE_SHAPES = [
+    # dmesg -x --time-format iso, decimal comma (the issue's line)
+    (b"kern  :warn  : 2025-01-21T04:41:44,283302+00:00 NVRM: Xid (PCI:0000:3b:00): 79, pid=7, name=python, "
+     b"GPU has fallen off the bus.", ParseOptions(), "2025-01-21T04:41:44.283Z", "node042", 79, "0000:3b:00"),
+    (b"kern  :err   : [ 3600.000000] NVRM: Xid (PCI:0000:3b:00): 48, DBE", ParseOptions(boot_time_ms=BOOT_MS),
+     "2024-01-15T10:00:00Z", "node042", 48, "0000:3b:00"),
+    (b"kern  :warn  : [Mon Jan 15 10:23:45 2024] NVRM: Xid (PCI:0000:3b:00): 13, x", ParseOptions(),
+     "2024-01-15T10:23:45Z", "node042", 13, "0000:3b:00"),
+    # dmesg -d: uptime and delta
+    (b"[ 3600.000000 <    0.000123>] NVRM: Xid (PCI:0000:3b:00): 31, x", ParseOptions(boot_time_ms=BOOT_MS),
+     "2024-01-15T10:00:00Z", "node042", 31, "0000:3b:00"),
+    # dmesg -T and journalctl short in other LC_TIME languages (glibc abbreviations)
+    (b"[Di Jan 21 04:41:44 2025] NVRM: Xid (PCI:0000:3b:00): 79, x", ParseOptions(), "2025-01-21T04:41:44Z",
+     "node042", 79, "0000:3b:00"),
+    (b"[mar. janv. 21 04:41:44 2025] NVRM: Xid (PCI:0000:3b:00): 79, x", ParseOptions(), "2025-01-21T04:41:44Z",
+     "node042", 79, "0000:3b:00"),
+    (b"M\xc3\xa4r 03 04:41:44 gpu7 kernel: NVRM: Xid (PCI:0000:3b:00): 79, x", ParseOptions(year=2025),
+     "2025-03-03T04:41:44Z", "gpu7", 79, "0000:3b:00"),
+    (b"pa\xc5\xba 03 04:41:44 gpu7 kernel: NVRM: Xid (PCI:0000:3b:00): 79, x", ParseOptions(year=2025),
+     "2025-10-03T04:41:44Z", "gpu7", 79, "0000:3b:00"),
+    (b"d\xc3\xa9c 03 04:41:44 gpu7 kernel: NVRM: Xid (PCI:0000:3b:00): 79, x", ParseOptions(year=2025),
+     "2025-12-03T04:41:44Z", "gpu7", 79, "0000:3b:00"),  # French without its dot
+    (b"\xd0\xbc\xd0\xb0\xd1\x8f 03 04:41:44 gpu7 kernel: NVRM: Xid (PCI:0000:3b:00): 79, x",
+     ParseOptions(year=2025), "2025-05-03T04:41:44Z", "gpu7", 79, "0000:3b:00"),  # Russian genitive
+    (b" 5\xe6\x9c\x88 03 04:41:44 gpu7 kernel: NVRM: Xid (PCI:0000:3b:00): 79, x", ParseOptions(year=2025),
+     "2025-05-03T04:41:44Z", "gpu7", 79, "0000:3b:00"),  # Japanese
+    # journalctl -o short-full / short-unix
+    (b"Tue 2025-01-21 04:41:44 UTC gpu7 kernel: NVRM: Xid (PCI:0000:3b:00): 79, x", ParseOptions(),
+     "2025-01-21T04:41:44Z", "gpu7", 79, "0000:3b:00"),
+    (b"Tue 2025-01-21 05:41:44 CET gpu7 kernel: NVRM: Xid (PCI:0000:3b:00): 79, x",
+     ParseOptions(timezone="Europe/Berlin"), "2025-01-21T04:41:44Z", "gpu7", 79, "0000:3b:00"),
+    (b"1737434504.283302 gpu7 kernel: NVRM: Xid (PCI:0000:3b:00): 79, x", ParseOptions(),
+     "2025-01-21T04:41:44.283Z", "gpu7", 79, "0000:3b:00"),
+    # pasted: fences, quotes, backticks, bold; old and redacted ids
+    (b"```Jan 15 10:23:45 gpu7 kernel: NVRM: Xid (PCI:0000:3b:00): 79, x", ParseOptions(year=2024),
+     "2024-01-15T10:23:45Z", "gpu7", 79, "0000:3b:00"),
+    (b"```text[Mon Jan 15 10:23:45 2024] NVRM: Xid (PCI:0000:3b:00): 79, x```", ParseOptions(),
+     "2024-01-15T10:23:45Z", "node042", 79, "0000:3b:00"),
+    (b"> > `Jan 15 10:23:45 gpu7 kernel: NVRM: Xid (PCI:0000:3b:00): 79, x`", ParseOptions(year=2024),
+     "2024-01-15T10:23:45Z", "gpu7", 79, "0000:3b:00"),
+    (b"**Jan 15 10:23:45 gpu7 kernel: NVRM: Xid (PCI:0000:3b:00): 79, x**", ParseOptions(year=2024),
+     "2024-01-15T10:23:45Z", "gpu7", 79, "0000:3b:00"),
+    (b"Jan 15 10:23:45 gpu7 kernel: **NVRM: Xid (PCI:0000:3b:00): 79**, x", ParseOptions(year=2024),
+     "2024-01-15T10:23:45Z", "gpu7", 79, "0000:3b:00"),
+    (b"Jan 15 10:23:45 gpu7 kernel: NVRM: Xid (0000:05): 13, old driver", ParseOptions(year=2024),
+     "2024-01-15T10:23:45Z", "gpu7", 13, "0000:05:00"),
+    (b"Jan 15 10:23:45 gpu7 kernel: NVRM: Xid (PCI:...): 79, redacted", ParseOptions(year=2024),
+     "2024-01-15T10:23:45Z", "gpu7", 79, ""),
+    (b"Jan 15 10:23:45 gpu7 kernel: NVRM: Xid (PCI:xxxx:xx:xx): 79, redacted", ParseOptions(year=2024),
+     "2024-01-15T10:23:45Z", "gpu7", 79, ""),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("line", "options", "ts", "node", "xid", "pci"), ISSUE_SHAPES)
+def test_issue_13_shapes(line: bytes, options: ParseOptions, ts: str, node: str, xid: int, pci: str) -> None:
+    event = one(line, options)
+    assert (event.ts_ms, event.node, event.xid, event.pci_bus_id, event.device) == (
+        parse_ts(ts),
+        node,
+        xid,
+        pci,
+        "gpu",
+    )
+
+
+def test_sxid_lines_are_nvswitch_events_and_their_detail_lines_fold_in() -> None:
+    lines = [
+        b"Jan 21 04:41:44 dgx1 kernel: nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 33 "
+        b"egress non-posted PRIV error (First)",
+        b"Jan 21 04:41:44 dgx1 kernel: nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Severity 0 Engine "
+        b"instance 33 Sub-engine instance 00",
+        b"Jan 21 04:41:44 dgx1 kernel: nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Data {0x00000000}",
+        b"Jan 21 04:41:45 dgx1 kernel: nvidia-nvswitch3: SXid (PCI:0000:c6:00.0): 20034, Fatal error, Link 44",
+    ]
+    events, dead = split(parse_kernel_log(lines, ParseOptions(year=2025), "x.log"))
+    assert dead == []
+    assert [(e.device, e.xid, e.pci_bus_id, e.gpu, e.node, e.source) for e in events] == [
+        ("nvswitch", 12028, "0000:05:00", None, "dgx1", "x.log:1"),
+        ("nvswitch", 20034, "0000:c6:00", None, "dgx1", "x.log:4"),
+    ]
+    assert events[0].message.startswith("Non-fatal, Link 33") and "Severity 0" in events[0].message
+    assert "Data {0x00000000}" in events[0].message
+
+
+def test_fallen_off_the_bus_without_a_number_is_xid_79_once_per_failure() -> None:
+    alone = b"[Mon Jan 15 10:23:45 2024] NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus."
+    event = one(alone, ParseOptions())
+    assert (event.xid, event.pci_bus_id, event.message) == (
+        79,
+        "0000:3b:00",
+        alone.split(b"NVRM: ")[1].decode(),
+    )
+    xid = b"[Mon Jan 15 10:23:45 2024] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python, GPU has fallen off the bus."
+    for lines in ([xid, alone], [alone, xid]):  # the driver prints both; either order is one failure
+        events, dead = split(parse_kernel_log(lines, ParseOptions(), "n1.log"))
+        assert dead == [] and [(e.xid, e.pid) for e in events] == [(79, 1)]
+    other_gpu = alone.replace(b"3b:00.0", b"86:00.0")
+    events, _ = split(parse_kernel_log([xid, other_gpu], ParseOptions(), "n1.log"))
+    assert [e.pci_bus_id for e in events] == ["0000:3b:00", "0000:86:00"]
+    old_driver = (
+        b"[Mon Jan 15 10:23:45 2024] NVRM: The NVIDIA GPU 0000:3b:00.0 (PCI ID: 10de:20b0) installed "
+    )
+    old_driver += b"in this system has fallen off the bus and is not responding to commands."
+    assert one(old_driver, ParseOptions()).xid == 79
+
+
+def test_indented_continuation_lines_are_joined_into_the_message() -> None:
+    lines = [
+        b"[Mon Jan 15 10:23:45 2024] NVRM: Xid (PCI:0000:3b:00): 13, Graphics SM Warp Exception on",
+        b"                           (GPC 0, TPC 1, SM 0): Out Of Range Address",
+        b"                           NVRM: second part",
+        b"[Mon Jan 15 10:23:46 2024] NVRM: GPU 0000:86:00.0:",
+        b"                           GPU has fallen off the bus.",
+        b"[Mon Jan 15 10:23:47 2024] unrelated",
+        b"   indented but after an unrelated line",
+    ]
+    events, dead = split(parse_kernel_log(lines, ParseOptions(), "n1.log"))
+    assert dead == []
+    assert [(e.xid, e.message, e.source) for e in events] == [
+        (
+            13,
+            "Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0): Out Of Range Address second part",
+            "n1.log:1",
+        ),
+        (79, "GPU 0000:86:00.0: GPU has fallen off the bus.", "n1.log:4"),
+    ]
+
+
+def test_dmesg_reltime_is_placed_to_the_minute_with_a_year() -> None:
+    lines = [
+        b"[Jan15 10:23] usb 1-1: new device",
+        b"[  +1.500000] NVRM: Xid (PCI:0000:3b:00): 79, x",
+        b"[  +2.000000] NVRM: Xid (PCI:0000:3b:00): 48, y",
+        b"[Jan15 10:25] NVRM: Xid (PCI:0000:3b:00): 13, z",
+    ]
+    events, dead = split(parse_kernel_log(lines, ParseOptions(year=2024), "n1.log"))
+    assert dead == []
+    assert [e.ts_ms for e in events] == [
+        parse_ts("2024-01-15T10:23:01.500Z"),
+        parse_ts("2024-01-15T10:23:03.500Z"),
+        parse_ts("2024-01-15T10:25:00Z"),
+    ]
+    events, dead = split(parse_kernel_log(lines, ParseOptions(), "n1.log"))
+    assert events == [] and len(dead) == 1 and "pass --year" in dead[0].reason
+
+
+def test_a_file_level_cause_is_one_dead_letter_naming_its_lines() -> None:
+    lines = [b"NVRM: Xid (PCI:0000:3b:00): 79, a", b"noise", b"NVRM: Xid (PCI:0000:3b:00): 48, b",
+             b"NVRM: Xid (PCI:0000:3b", b"NVRM: Xid (PCI:0000:3b:00): 13, c"]  # fmt: skip
+    items = list(parse_kernel_log(lines, ParseOptions(), "n1.log"))
+    assert all(isinstance(item, InvalidRecord) for item in items)
+    assert [(d.location, d.reason.split(" (")[0]) for d in items] == [  # type: ignore[union-attr]
+        ("line 4", "truncated or malformed 'NVRM: Xid' line"),
+        ("lines 1-5 (3 lines)", "line has no time stamp"),
+    ]
+
+
+def test_short_full_with_a_zone_that_is_not_the_timezone_option_asks_for_it() -> None:
+    dead = one_dead(
+        b"Tue 2025-01-21 05:41:44 CET gpu7 kernel: NVRM: Xid (PCI:0000:3b:00): 79, x", ParseOptions()
+    )
+    assert "pass --timezone" in dead.reason

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+import pytest
+
 from schemas.records import EccSample, InvalidRecord
 from schemas.timeutil import parse_ts
 from stream.inputs.parsers import ParseOptions, parse_file
@@ -178,3 +180,38 @@ GPU 00000000:07:00.0
     assert [(s.ts_ms, dict(s.counters)) for s in samples] == [
         (parse_ts("2024-01-16T00:00:01Z"), {"remap_pending": 0})
     ]
+
+
+# --- issue 13: "no value" is never a count -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    [b"N/A", b"[N/A]", b"Not Supported", b"[Not Supported]", b"Unknown", b"[Unknown Error]",
+     b"[Insufficient Permissions]", b"[GPU requires reset]", b"[Requested functionality has been deprecated]"],
+)  # fmt: skip
+def test_no_value_leaves_the_counter_out(value: bytes) -> None:
+    dump = [
+        b"Timestamp                                 : Mon Jan 15 10:23:45 2024",
+        b"GPU 00000000:07:00.0",
+        b"    Minor Number                          : 0",
+        b"    ECC Errors",
+        b"        Volatile",
+        b"            DRAM Correctable              : 3",
+        b"            DRAM Uncorrectable            : " + value,
+        b"    Remapped Rows",
+        b"        Correctable Error                 : " + value,
+        b"        Uncorrectable Error               : " + value,
+        b"        Pending                           : " + value,
+        b"        Remapping Failure Occurred        : " + value,
+    ]
+    samples, dead = split(parse_nvidia_smi(dump, ParseOptions(), "n.smi"))
+    assert dead == []
+    assert [dict(s.counters) for s in samples] == [{"sbe_volatile": 3}]
+
+
+def test_a_localized_timestamp_is_read() -> None:
+    dump = [b"Timestamp                                 : Di M\xc3\xa4r 12 10:23:45 2024", b"GPU 00000000:07:00.0",
+            b"    Retired Pages", b"        Double Bit ECC                    : 1"]  # fmt: skip
+    samples, dead = split(parse_nvidia_smi(dump, ParseOptions(), "n.smi"))
+    assert dead == [] and [s.ts_ms for s in samples] == [parse_ts("2024-03-12T10:23:45Z")]

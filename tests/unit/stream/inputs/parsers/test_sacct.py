@@ -11,8 +11,9 @@ import pytest
 from schemas.records import InvalidRecord, JobEvent, JobState
 from schemas.timeutil import parse_ts
 from stream.inputs.parsers import Format, ParseOptions, parse_file, parse_lines
+from stream.inputs.parsers.detect import detect_format
 from stream.inputs.parsers.hostlist import expand_hostlist
-from stream.inputs.parsers.sacct import parse_sacct, parse_sacct_state
+from stream.inputs.parsers.sacct import SACCT_COMMAND, parse_sacct, parse_sacct_state
 
 DATA = Path(__file__).resolve().parents[4] / "data"
 GCM = DATA / "gcm-sacct"
@@ -423,3 +424,54 @@ def test_state_names(text: str, state: JobState) -> None:
 def test_unknown_state_name() -> None:
     with pytest.raises(ValueError, match="unknown job state 'EXPLODED'"):
         parse_sacct_state("EXPLODED")
+
+
+# --- issue 13: JobIDRaw, default --format -----------------------------------------------------------
+
+
+def test_jobidraw_is_the_job_id_when_there_is_no_jobid_column() -> None:
+    path = DATA / "sacct" / "jobidraw.sacct.txt"
+    assert detect_format(path) is Format.SACCT
+    events, dead = split(parse_file(path, ParseOptions(cluster="c")))
+    assert dead == []
+    assert [(e.job_id, e.state.value, e.nodes, e.gpus) for e in events] == [
+        ("9100", "RUNNING", ("gpu001", "gpu002"), 16),
+        ("9100", "FAILED", ("gpu001", "gpu002"), 16),
+        ("9101", "RUNNING", ("gpu003",), 8),
+        ("9101", "COMPLETED", ("gpu003",), 8),
+        ("9105", "RUNNING", ("gpu004",), 8),
+    ]
+
+
+def test_jobid_wins_over_jobidraw_when_both_are_there() -> None:
+    rows = [b"JobIDRaw|JobID|State|Start|End", b"127|123_4|FAILED|2024-01-15T10:00:00|2024-01-15T11:00:00"]
+    events, dead = split(parse_sacct(rows, ParseOptions(), "s"))
+    assert dead == [] and {e.job_id for e in events} == {"123_4"}
+
+
+def test_default_format_is_one_dead_letter_naming_the_columns_and_the_command() -> None:
+    path = DATA / "sacct" / "default-format.sacct.txt"
+    assert detect_format(path) is Format.SACCT
+    events, dead = split(parse_file(path, ParseOptions()))
+    assert events == []
+    assert len(dead) == 1  # one for the file, not one per job
+    assert dead[0].location == "line 1"
+    assert "no Start and no End column" in dead[0].reason
+    assert "--format=JobID,State,Submit,Start,End,NodeList" in dead[0].reason
+
+
+def test_a_table_without_times_does_not_spoil_the_next_table() -> None:
+    rows = [
+        b"JobID|State|ExitCode",
+        b"1|FAILED|1:0",
+        b"JobID|State|Start|End",
+        b"2|FAILED|2024-01-15T10:00:00|2024-01-15T11:00:00",
+    ]
+    events, dead = split(parse_sacct(rows, ParseOptions(), "s"))
+    assert [(e.job_id, e.state.value) for e in events] == [("2", "RUNNING"), ("2", "FAILED")]
+    assert len(dead) == 1 and "no Start and no End" in dead[0].reason
+
+
+def test_readme_gives_the_sacct_command_the_dead_letter_names() -> None:
+    readme = (Path(__file__).resolve().parents[5] / "README.md").read_text()
+    assert SACCT_COMMAND in readme
