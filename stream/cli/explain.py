@@ -20,7 +20,7 @@ from detectors.sxid_catalog import classify_sxid
 from detectors.xid_catalog import CONTEXT_WINDOW_MS, XidCategory, XidInfo, classify_xid
 from schemas.records import InvalidRecord, XidEvent
 from schemas.timeutil import format_ts
-from stream.cli.common import Commands, parse_time_argument, print_json
+from stream.cli.common import Commands, add_command, parse_time_argument, print_json
 from stream.inputs.parsers.kernel_log import parse_kernel_log
 from stream.inputs.parsers.options import ParseOptions
 
@@ -37,9 +37,11 @@ def add_explain_parser(commands: Commands) -> None:
     commands
         The ``faultstream`` subcommands.
     """
-    explain = commands.add_parser(
+    explain = add_command(
+        commands,
         "explain",
         help="explain an XID code or kernel-log lines (arguments, or standard input)",
+        example="faultstream explain 79 'Jun 12 10:00:01 gpu7 kernel: NVRM: Xid (PCI:0000:3b:00): 48, DBE'",
         description="Explain XID codes or pasted kernel-log lines: what each parses to, its category, "
         "severity, meaning, NVIDIA's action and ours, whether it is a hardware fault, and any deviation "
         "from NVIDIA's catalog. With no argument, reads lines from standard input.",

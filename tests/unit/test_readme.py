@@ -68,7 +68,9 @@ def test_the_xid_catalog_table_counts_codes_by_nvidia_action_and_our_severity() 
     table = detection[start : detection.find("\n## ", start + 1)]
     for action, counts in rows.items():
         line = f"| `{action}` | {sum(counts.values())} | {counts['info']} | {counts['warn']} | {counts['critical']} |"
-        assert line in table, f"docs/detection.md's XID catalog table is out of date for {action}: expected {line}"
+        assert line in table, (
+            f"docs/detection.md's XID catalog table is out of date for {action}: expected {line}"
+        )
     total = Counter(info.severity.value for info in CATALOG.values())
     assert f"| **all** | {len(CATALOG)} | {total['info']} | {total['warn']} | {total['critical']} |" in table
     # Every deviation's codes are in README's deviations table.
@@ -76,5 +78,6 @@ def test_the_xid_catalog_table_counts_codes_by_nvidia_action_and_our_severity() 
     for first, last in re.findall(r"(\d+)(?:\u2013(\d+))?", table[table.index("**Deviations") :]):
         listed |= set(range(int(first), int(last or first) + 1))
     for deviation in DEVIATIONS:
-        assert set(deviation.codes) <= listed, f"deviation {deviation.codes} is missing from docs/detection.md"
-
+        assert set(deviation.codes) <= listed, (
+            f"deviation {deviation.codes} is missing from docs/detection.md"
+        )

@@ -472,6 +472,6 @@ def test_a_table_without_times_does_not_spoil_the_next_table() -> None:
     assert len(dead) == 1 and "no Start and no End" in dead[0].reason
 
 
-def test_readme_gives_the_sacct_command_the_dead_letter_names() -> None:
-    readme = (Path(__file__).resolve().parents[5] / "README.md").read_text()
-    assert SACCT_COMMAND in readme
+def test_the_docs_give_the_sacct_command_the_dead_letter_names() -> None:
+    reference = (Path(__file__).resolve().parents[5] / "docs" / "configuration.md").read_text()
+    assert SACCT_COMMAND in reference
