@@ -513,6 +513,13 @@ def test_prometheus_scrapes_every_worker(services: dict[str, dict[str, Any]]) ->
     assert (DOCKER / mounts[target]).resolve() == PROMETHEUS
 
 
+def test_prometheus_loads_the_mounted_alert_rules(services: dict[str, dict[str, Any]]) -> None:
+    config = yaml.safe_load(PROMETHEUS.read_text(encoding="utf-8"))
+    mounts = {target: source for source, target, _mode in _volumes(services["prometheus"])}
+    assert config["rule_files"] == ["/etc/prometheus/alerts.yml"]
+    assert (DOCKER / mounts["/etc/prometheus/alerts.yml"]).resolve() == PROMETHEUS.with_name("alerts.yml")
+
+
 # --- Grafana ------------------------------------------------------------------------------------
 
 
