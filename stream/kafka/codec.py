@@ -81,7 +81,8 @@ def decode_record(kind: str, value: bytes, source: str, location: str) -> Record
 
     Examples
     --------
-    >>> decode_record("xid", b'{"ts": 0, "cluster": "c", "node": "n1", "xid": 79}', "xid/0", "offset 3").xid
+    >>> line = b'{"ts": 1704067200000, "cluster": "c", "node": "n1", "xid": 79}'
+    >>> decode_record("xid", line, "xid/0", "offset 3").xid
     79
     >>> decode_record("xid", b"{", "xid/0", "offset 4")
     Traceback (most recent call last):
@@ -118,7 +119,7 @@ def decode_message(kind: str, value: bytes, source: str, offset: int) -> Iterato
 
     Examples
     --------
-    >>> xid = b'{"ts": 0, "cluster": "c", "node": "n1", "xid": 79}'
+    >>> xid = b'{"ts": 1704067200000, "cluster": "c", "node": "n1", "xid": 79}'
     >>> [r.xid for r in decode_message("xid", xid, "xid/0", 5)]
     [79]
     >>> items = list(decode_message("xid", xid + b"\\n{oops\\n" + xid + b"\\n", "xid/0", 6))

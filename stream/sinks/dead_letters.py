@@ -16,6 +16,7 @@ many bad ones to cross the limit.
 from __future__ import annotations
 
 import base64
+import re
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -46,12 +47,25 @@ class DeadLetterLimitExceeded(RuntimeError):
 
 
 def reason_class(reason: str) -> str:
-    """The reason without its particulars, for counting: the text before the first ``" ("``.
+    """The reason without its particulars, for counting: the text before the first ``" ("`` or
+    ``", got "``, with quoted values (not field names) masked.
+
+    It is a Prometheus label (``faultstream_dead_letters_total{reason}``): hostile input must not
+    make one series per bad value.
 
     >>> reason_class("late event (event time 2024-01-01T00:00:00.000Z is older than ...)")
     'late event'
+    >>> reason_class("field 'xid' must be <= 65535, got 99999")
+    "field 'xid' must be <= 65535"
+    >>> reason_class("unknown ECC counter 'x1' (known: sbe_volatile, ...)")
+    "unknown ECC counter '…'"
     """
-    return reason.split(" (", 1)[0][:100]
+    text = reason.split(" (", 1)[0].split(", got ", 1)[0]
+    return _QUOTED_VALUE.sub("'…'", text)[:100]
+
+
+#: A quoted value in a reason; a quoted field name (``field 'xid'``) is kept.
+_QUOTED_VALUE = re.compile(r"(?<!field )'[^']*'")
 
 
 def to_dead_letter(

@@ -33,9 +33,9 @@ CASES = [
     (JobEvent, "job_event", {"ts": "2024-01-15T10:00:00Z", "cluster": "c", "job_id": "17", "state": "FAILED",
                              "nodes": ["n1", "n2"], "gpus": 16, "start": "2024-01-15T08:00:00Z",
                              "end": "2024-01-15T10:00:00Z", "exit_code": "1:0"}, True),
-    (JobEvent, "job_event", {"ts": 0, "cluster": "c", "job_id": 17, "state": "running"}, True),
-    (JobEvent, "job_event", {"ts": 0, "cluster": "c", "job_id": "17", "state": "EXPLODED"}, False),
-    (JobEvent, "job_event", {"ts": 0, "cluster": "c", "job_id": "17", "state": "FAILED", "nodes": "n1"}, False),
+    (JobEvent, "job_event", {"ts": 1704067200000, "cluster": "c", "job_id": 17, "state": "running"}, True),
+    (JobEvent, "job_event", {"ts": 1704067200000, "cluster": "c", "job_id": "17", "state": "EXPLODED"}, False),
+    (JobEvent, "job_event", {"ts": 1704067200000, "cluster": "c", "job_id": "17", "state": "FAILED", "nodes": "n1"}, False),
     (JobEvent, "job_event", {"ts": "yesterday", "cluster": "c", "job_id": "17", "state": "FAILED"}, False),
 ]  # fmt: skip
 
@@ -70,7 +70,7 @@ def test_round_trip_through_json(record):
 
 def test_invalid_record_names_the_field():
     with pytest.raises(InvalidRecord, match="field 'xid' must be an integer"):
-        XidEvent.from_dict({"ts": 0, "cluster": "c", "node": "n", "xid": "79"})
+        XidEvent.from_dict({"ts": 1704067200000, "cluster": "c", "node": "n", "xid": "79"})
 
 
 def test_pci_bus_ids_of_kernel_and_dcgm_agree():
