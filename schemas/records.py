@@ -33,6 +33,10 @@ __all__ = [
 ]
 
 
+#: Longest reason a dead letter carries (its Kafka header, its table row); longer ones are cut.
+MAX_REASON_CHARS: Final = 1000
+
+
 class InvalidRecord(ValueError):
     """A record that cannot be parsed or fails validation; it belongs in the dead letters.
 
@@ -49,6 +53,8 @@ class InvalidRecord(ValueError):
     """
 
     def __init__(self, reason: str, raw: bytes | str = b"", source: str = "", location: str = "") -> None:
+        if len(reason) > MAX_REASON_CHARS:  # a reason quoting a 1 MB value: the raw bytes have it
+            reason = f"{reason[: MAX_REASON_CHARS - 40]}… ({len(reason):,} characters, cut)"
         super().__init__(reason)
         self.reason = reason
         self.raw = raw.encode("utf-8", "surrogateescape") if isinstance(raw, str) else raw

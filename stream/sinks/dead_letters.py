@@ -37,6 +37,7 @@ __all__ = [
     "KafkaDeadLetters",
     "NoDeadLetters",
     "dead_letter_headers",
+    "dead_letter_value",
     "reason_class",
     "to_dead_letter",
 ]
@@ -181,13 +182,34 @@ class NoDeadLetters:
         """Drop the copy: the table has the letter."""
 
 
+#: Raw bytes a dead-letter message carries at most: an input message may be as large as the
+#: broker takes (1 MiB by default), and its letter adds a key and headers, so a letter of the
+#: largest input would be refused (and the worker would stop on it). Longer raw values are cut
+#: on the topic, with their full size in a ``raw_bytes`` header; the ``dead_letters`` table keeps
+#: them whole.
+MAX_TOPIC_RAW_BYTES = 900 * 1024
+
+
 def dead_letter_headers(letter: DeadLetter) -> list[tuple[str, bytes]]:
-    """The Kafka headers of a dead-letter message; its value is the raw bytes, its key the source."""
-    return [
+    """The Kafka headers of a dead-letter message; its value is the raw bytes, its key the source.
+
+    >>> letter = DeadLetter("xid/0", "offset 1", "not JSON", b"x" * 2**20, "xid")
+    >>> [name for name, _ in dead_letter_headers(letter)]
+    ['reason', 'source', 'location', 'raw_bytes']
+    """
+    headers = [
         ("reason", letter.reason.encode()),
         ("source", letter.source.encode()),
         ("location", letter.location.encode()),
     ]
+    if len(letter.raw) > MAX_TOPIC_RAW_BYTES:
+        headers.append(("raw_bytes", str(len(letter.raw)).encode()))
+    return headers
+
+
+def dead_letter_value(letter: DeadLetter) -> bytes:
+    """The value of a dead-letter message: the raw bytes, cut at :data:`MAX_TOPIC_RAW_BYTES`."""
+    return letter.raw[:MAX_TOPIC_RAW_BYTES]
 
 
 #: Sends one message ``(key, value, headers)`` to the dead-letter topic; awaiting the result
@@ -232,7 +254,7 @@ class KafkaDeadLetters:
         """
         letters = self._pending.get(batch, [])
         acks = [
-            await self._send(letter.source.encode(), letter.raw, dead_letter_headers(letter))
+            await self._send(letter.source.encode(), dead_letter_value(letter), dead_letter_headers(letter))
             for letter in letters
         ]
         for ack in acks:
