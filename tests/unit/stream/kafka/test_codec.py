@@ -82,3 +82,10 @@ def test_an_empty_value_is_a_dead_letter_and_empty_lines_are_no_records() -> Non
     [empty] = decode_message("xid", b"", "xid/0", 3)
     assert isinstance(empty, InvalidRecord) and empty.location == "offset 3"
     assert list(decode_message("xid", b"\n\n  \n", "xid/0", 4)) == []
+
+
+def test_a_message_without_a_value_is_one_dead_letter() -> None:
+    """A tombstone on an input topic stopped the worker with a TypeError (found by the fuzz test)."""
+    [item] = list(decode_message("job", None, "jobs/0", 12))
+    assert isinstance(item, InvalidRecord)
+    assert item.location == "offset 12" and item.reason.startswith("not JSON") and item.raw == b""
