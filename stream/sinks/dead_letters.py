@@ -60,13 +60,15 @@ def reason_class(reason: str) -> str:
     "field 'xid' must be <= 65535"
     >>> reason_class("unknown ECC counter 'x1' (known: sbe_volatile, ...)")
     "unknown ECC counter '…'"
+    >>> reason_class("field 'pci_bus_id': not a PCI bus id: 'zz'")
+    "field 'pci_bus_id': not a PCI bus id: '…'"
     """
     text = reason.split(" (", 1)[0].split(", got ", 1)[0]
-    return _QUOTED_VALUE.sub("'…'", text)[:100]
+    return _QUOTED.sub(lambda match: match[1] or "'…'", text)[:100]
 
 
-#: A quoted value in a reason; a quoted field name (``field 'xid'``) is kept.
-_QUOTED_VALUE = re.compile(r"(?<!field )'[^']*'")
+#: A quoted field name (``field 'xid'``, kept) or a quoted value (masked) in a reason.
+_QUOTED = re.compile(r"(field '[^']*')|'[^']*'")
 
 
 def to_dead_letter(
