@@ -197,7 +197,9 @@ class _Notifier:
     async def post(self, incidents: list[dict[str, Any]], *, refresh: bool = False) -> bool:
         """Post until Alertmanager accepts (True): a refused or failed post is retried, never
         dropped; False if told to stop first (nothing is committed then)."""
-        alerts = self.state.alerts(incidents, int(time.time() * 1000), self.ttl_ms)
+        # On a refresh the open news come with all the open ones: each incident once a post.
+        first = [i for i in incidents if not refresh or i.get("status") == "resolved"]
+        alerts = self.state.alerts(first, int(time.time() * 1000), self.ttl_ms)
         while True:
             now = int(time.time() * 1000)
             if refresh:
