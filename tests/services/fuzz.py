@@ -203,6 +203,7 @@ class FuzzReport:
     sent_by_kind: Counter[str] = field(default_factory=Counter)
     dead_letters: int = 0
     dead_letters_on_topic: int = 0
+    distinct_on_topic: int = 0
     dead_letters_by_reason: Counter[str] = field(default_factory=Counter)
     letters_without_reason: int = 0
     worker_crashes: int = 0
@@ -282,7 +283,7 @@ def run_fuzz(
             report.dead_letters += row["n"]
             report.dead_letters_by_reason[reason_class(row["reason"])] += row["n"]
             report.letters_without_reason += row["n"] if not row["reason"].strip() else 0
-        report.dead_letters_on_topic = _topic_size(env)
+        report.dead_letters_on_topic, report.distinct_on_topic = _topic_letters(env)
         expected, before = embedded if embedded is not None else _embedded(workdir)
         try:
             assert_same_results(results([worker.store], before), expected)
@@ -295,13 +296,16 @@ def run_fuzz(
     return report
 
 
-def _topic_size(env: dict[str, str]) -> int:
+def _topic_letters(env: dict[str, str]) -> tuple[int, int]:
+    """(messages, distinct (source, location)) on the dead-letter topic."""
     from tests.services.kafka import consume
 
-    _, ends = asyncio.run(
-        consume(env["FAULTSTREAM_KAFKA_BOOTSTRAP"], env["FAULTSTREAM_TOPIC_DEAD_LETTERS"], 1, 0, 15)
-    )
-    return sum(ends.values())  # one partition, nothing deleted: its end offset is its size
+    bootstrap, topic = env["FAULTSTREAM_KAFKA_BOOTSTRAP"], env["FAULTSTREAM_TOPIC_DEAD_LETTERS"]
+    _, ends = asyncio.run(consume(bootstrap, topic, 1, 0, 15))
+    messages, _ = asyncio.run(consume(bootstrap, topic, 1, sum(ends.values()), 300))
+    assert len(messages) == sum(ends.values()), "the dead-letter topic was not read to its end"
+    places = {(message.key, dict(message.headers)["location"]) for message in messages}
+    return len(messages), len(places)
 
 
 def _embedded(workdir: Path) -> tuple[dict[str, list[dict]], str]:

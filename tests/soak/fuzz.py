@@ -44,7 +44,9 @@ def main() -> int:
         print(f"  {what:<26} {n:,}")
     print(f"bad lines in them           {report.bad_lines:,}")
     print(f"dead letters stored         {report.dead_letters:,}")
-    print(f"dead letters on the topic   {report.dead_letters_on_topic:,}")
+    print(
+        f"dead letters on the topic   {report.dead_letters_on_topic:,} ({report.distinct_on_topic:,} distinct places)"
+    )
     print(f"dead letters with no reason {report.letters_without_reason}")
     print("dead letters by reason:")
     for reason, n in report.dead_letters_by_reason.most_common():
@@ -56,7 +58,10 @@ def main() -> int:
     print(f"seconds                     {report.seconds:.0f}  (worker log: {report.log})")
     ok = (
         report.worker_crashes == 0
-        and report.dead_letters == report.bad_lines == report.dead_letters_on_topic
+        and report.dead_letters
+        == report.bad_lines
+        == report.dead_letters_on_topic
+        == report.distinct_on_topic
         and report.letters_without_reason == 0
         and report.results_equal
     )

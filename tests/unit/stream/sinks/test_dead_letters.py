@@ -87,3 +87,26 @@ def test_a_letter_of_the_largest_input_fits_a_kafka_message() -> None:
     assert raw == value[:MAX_TOPIC_RAW_BYTES] and headers["raw_bytes"] == str(len(value)).encode()
     size = len(key) + len(raw) + sum(len(name) + len(header) for name, header in headers.items())
     assert size < 1024 * 1024 - 16 * 1024, "room for the record overhead under the 1 MiB default"
+
+
+def test_concurrent_deliveries_send_each_letter_once_and_lose_none() -> None:
+    """The publish timer and a commit point may deliver one partition's letters at once."""
+    sent: list[bytes] = []
+    letters = KafkaDeadLetters.__new__(KafkaDeadLetters)
+
+    async def send(key: bytes, raw: bytes, headers: list[tuple[str, bytes]]) -> Any:
+        sent.append(raw)
+        if raw == b"2":  # produced while the first delivery waits for its acks
+            letters.produce(DeadLetter("xid/0", "offset 9", "not JSON", b"3", "xid"), batch=0)
+        return asyncio.sleep(0.01)
+
+    KafkaDeadLetters.__init__(letters, send)
+
+    async def scenario() -> None:
+        for raw in (b"1", b"2"):
+            letters.produce(DeadLetter("xid/0", f"offset {raw.decode()}", "not JSON", raw, "xid"), batch=0)
+        await asyncio.gather(letters.deliver(0), letters.deliver(0))
+        await letters.deliver(0)
+
+    asyncio.run(scenario())
+    assert sorted(sent) == [b"1", b"2", b"3"] and letters.pending(0) == 0
