@@ -38,7 +38,8 @@ def test_hostile_messages_crash_nothing_and_all_land_in_dead_letters(
     report = run_fuzz(bootstrap, tmp_path, 2000, seed=15, embedded=embedded)
     assert report.worker_crashes == 0, report.log.read_text()[-3000:] if report.log else ""
     assert report.dead_letters == report.bad_lines, dict(report.dead_letters_by_reason)
-    assert report.dead_letters_on_topic == report.distinct_on_topic == report.bad_lines
+    # The topic is at least once, like every Kafka output: each bad line is on it, maybe twice.
+    assert report.distinct_on_topic == report.bad_lines <= report.dead_letters_on_topic
     assert report.letters_without_reason == 0
     assert report.results_equal, report.results_problem
     reasons = set(report.dead_letters_by_reason)

@@ -58,10 +58,8 @@ def main() -> int:
     print(f"seconds                     {report.seconds:.0f}  (worker log: {report.log})")
     ok = (
         report.worker_crashes == 0
-        and report.dead_letters
-        == report.bad_lines
-        == report.dead_letters_on_topic
-        == report.distinct_on_topic
+        # The topic is at least once (a producer retry may write a letter twice): every place once.
+        and report.dead_letters == report.bad_lines == report.distinct_on_topic
         and report.letters_without_reason == 0
         and report.results_equal
     )
