@@ -34,6 +34,10 @@ __all__ = [
 ]
 
 
+#: Longest reason a dead letter carries (its Kafka header, its table row); longer ones are cut.
+MAX_REASON_CHARS: Final = 1000
+
+
 class InvalidRecord(ValueError):
     """A record that cannot be parsed or fails validation; it belongs in the dead letters.
 
@@ -50,6 +54,8 @@ class InvalidRecord(ValueError):
     """
 
     def __init__(self, reason: str, raw: bytes | str = b"", source: str = "", location: str = "") -> None:
+        if len(reason) > MAX_REASON_CHARS:  # a reason quoting a 1 MB value: the raw bytes have it
+            reason = f"{reason[: MAX_REASON_CHARS - 40]}… ({len(reason):,} characters, cut)"
         super().__init__(reason)
         self.reason = reason
         self.raw = raw.encode("utf-8", "surrogateescape") if isinstance(raw, str) else raw
@@ -86,6 +92,22 @@ def normalize_pci_bus_id(value: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+# Ranges: what the ClickHouse columns hold (schemas/ddl.py), and times a GPU fleet can have logged.
+
+#: Event times (``ts``, a job's ``start`` and ``end``) from 2000-01-01 to before 2100-01-01 UTC.
+#: A clock at 1970 (unset) or in 2200 (garbage) is a dead letter: stored, it would open
+#: incidents at absurd times, move the event-time watermark past every real record (making
+#: them all late) and reorder the worker's merge; DateTime64 and Python's datetime would not
+#: even hold the most extreme ones.
+TS_MIN_MS: Final = 946_684_800_000
+TS_MAX_MS: Final = 4_102_444_800_000
+#: Column bounds: ``xid`` and ``gpu`` are UInt16, ``pid`` and a job's ``gpus`` UInt32, ECC counters
+#: UInt64. A larger value could not be inserted, and the failed insert would be retried forever.
+MAX_UINT16: Final = 2**16 - 1
+MAX_UINT32: Final = 2**32 - 1
+MAX_UINT64: Final = 2**64 - 1
+
+# ---------------------------------------------------------------------------------------------
 # Validation helpers: each raises InvalidRecord with a reason naming the field.
 
 
@@ -106,7 +128,9 @@ def _str(data: Mapping[str, Any], name: str, *, required: bool = True, allow_emp
     return value
 
 
-def _int(data: Mapping[str, Any], name: str, *, required: bool = True, minimum: int | None = 0) -> int | None:
+def _int(
+    data: Mapping[str, Any], name: str, *, required: bool = True, minimum: int | None = 0, maximum: int
+) -> int | None:
     value = _require(data, name) if required else data.get(name)
     if value is None:
         return None
@@ -114,6 +138,8 @@ def _int(data: Mapping[str, Any], name: str, *, required: bool = True, minimum: 
         raise InvalidRecord(f"field '{name}' must be an integer, got {type(value).__name__}")
     if minimum is not None and value < minimum:
         raise InvalidRecord(f"field '{name}' must be >= {minimum}, got {value}")
+    if value > maximum:
+        raise InvalidRecord(f"field '{name}' must be <= {maximum}, got {value}")
     return value
 
 
@@ -122,9 +148,14 @@ def _ts(data: Mapping[str, Any], name: str, *, required: bool = True) -> int | N
     if value is None:
         return None
     try:
-        return parse_ts(value)
+        ts_ms = parse_ts(value)
     except ValueError as exc:
         raise InvalidRecord(f"field '{name}': {exc}") from None
+    if not TS_MIN_MS <= ts_ms < TS_MAX_MS:
+        raise InvalidRecord(
+            f"field '{name}' out of range ({value!r} is not between 2000-01-01 and 2100-01-01 UTC)"
+        )
+    return ts_ms
 
 
 def _pci(data: Mapping[str, Any]) -> str:
@@ -325,15 +356,16 @@ class XidEvent:
                 ts_ms = pci_bus_id = None
             if (
                 ts_ms is not None
+                and TS_MIN_MS <= ts_ms < TS_MAX_MS
                 and pci_bus_id is not None
                 and type(cluster) is str
                 and cluster.strip()
                 and type(node) is str
                 and node.strip()
                 and type(xid) is int
-                and xid >= 1
-                and (gpu is None or (type(gpu) is int and gpu >= 0))
-                and (pid is None or (type(pid) is int and pid >= 0))
+                and 1 <= xid <= MAX_UINT16
+                and (gpu is None or (type(gpu) is int and 0 <= gpu <= MAX_UINT16))
+                and (pid is None or (type(pid) is int and 0 <= pid <= MAX_UINT32))
                 and (process is None or type(process) is str)
                 and (message is None or type(message) is str)
                 and (device is None or device == "gpu" or device == "nvswitch")
@@ -359,7 +391,7 @@ class XidEvent:
     def _from_dict_checked(cls, value: object, source: str) -> XidEvent:
         """The reference validator: every field through the helpers, in order; all rejections."""
         data = _mapping(value)
-        xid = _int(data, "xid", minimum=1)
+        xid = _int(data, "xid", minimum=1, maximum=MAX_UINT16)
         assert xid is not None
         device = data.get("device")
         if device is None:
@@ -372,8 +404,8 @@ class XidEvent:
             node=_str(data, "node"),
             xid=xid,
             pci_bus_id=_pci(data),
-            gpu=_int(data, "gpu", required=False),
-            pid=_int(data, "pid", required=False),
+            gpu=_int(data, "gpu", required=False, maximum=MAX_UINT16),
+            pid=_int(data, "pid", required=False, maximum=MAX_UINT32),
             process=_str(data, "process", required=False),
             message=_str(data, "message", required=False),
             source=source,
@@ -471,7 +503,7 @@ class EccSample:
 
         ``ts`` may be an ISO-8601 string or integer epoch milliseconds.
 
-        >>> EccSample.from_dict({"ts": 0, "cluster": "c", "node": "n", "gpu": 0,
+        >>> EccSample.from_dict({"ts": 1704067200000, "cluster": "c", "node": "n", "gpu": 0,
         ...                      "counters": {"dbe_volatile": 1}}).counters
         {'dbe_volatile': 1}
         """
@@ -497,18 +529,23 @@ class EccSample:
                 ts_ms = pci_bus_id = None
             if (
                 ts_ms is not None
+                and TS_MIN_MS <= ts_ms < TS_MAX_MS
                 and pci_bus_id is not None
                 and type(cluster) is str
                 and cluster.strip()
                 and type(node) is str
                 and node.strip()
-                and (gpu is None or (type(gpu) is int and gpu >= 0))
+                and (gpu is None or (type(gpu) is int and 0 <= gpu <= MAX_UINT16))
                 and (gpu is not None or pci_bus_id)
                 and type(raw_counters) is dict
                 and raw_counters.keys() <= _ECC_COUNTER_NAMES
             ):
                 for count in raw_counters.values():
-                    if type(count) is not int or count < 0 or (count >= _INT32_BLANK and _is_blank(count)):
+                    if (
+                        type(count) is not int
+                        or not 0 <= count <= MAX_UINT64
+                        or (count >= _INT32_BLANK and _is_blank(count))
+                    ):
                         break
                 else:
                     twin = _ECC_TWIN()
@@ -537,6 +574,8 @@ class EccSample:
                 raise InvalidRecord(f"unknown ECC counter '{name}' (known: {', '.join(ECC_COUNTERS)})")
             if isinstance(count, bool) or not isinstance(count, int) or count < 0:
                 raise InvalidRecord(f"ECC counter '{name}' must be a non-negative integer, got {count!r}")
+            if count > MAX_UINT64:
+                raise InvalidRecord(f"ECC counter '{name}' must be <= {MAX_UINT64}, got {count}")
             if _is_blank(count):
                 raise InvalidRecord(
                     f"ECC counter '{name}' is {count}, a DCGM blank sentinel ('no value'), not a count: "
@@ -547,7 +586,7 @@ class EccSample:
             ts_ms=_ts(data, "ts") or 0,
             cluster=_str(data, "cluster"),
             node=_str(data, "node"),
-            gpu=_int(data, "gpu", required=False),
+            gpu=_int(data, "gpu", required=False, maximum=MAX_UINT16),
             pci_bus_id=_pci(data),
             counters=counters,
             source=source,
@@ -652,7 +691,7 @@ class JobEvent:
 
         ``ts``, ``start`` and ``end`` may be ISO-8601 strings or integer epoch milliseconds.
 
-        >>> JobEvent.from_dict({"ts": 0, "cluster": "c", "job_id": "7", "state": "FAILED",
+        >>> JobEvent.from_dict({"ts": 1704067200000, "cluster": "c", "job_id": "7", "state": "FAILED",
         ...                     "nodes": ["n1"], "gpus": 8}).state.may_be_hardware_failure
         True
         """
@@ -678,13 +717,16 @@ class JobEvent:
                 nodes = []
             if (
                 ts_ms is not None
+                and TS_MIN_MS <= ts_ms < TS_MAX_MS
+                and (start_ms is None or TS_MIN_MS <= start_ms < TS_MAX_MS)
+                and (end_ms is None or TS_MIN_MS <= end_ms < TS_MAX_MS)
                 and type(cluster) is str
                 and cluster.strip()
                 and ((type(job_id) is str and job_id.strip()) or type(job_id) is int)
                 and type(state_name) is str
                 and state_name in _JOB_STATES
                 and type(nodes) is list
-                and (gpus is None or (type(gpus) is int and gpus >= 0))
+                and (gpus is None or (type(gpus) is int and 0 <= gpus <= MAX_UINT32))
                 and (exit_code is None or type(exit_code) is str)
                 and (name is None or type(name) is str)
                 and (user is None or type(user) is str)
@@ -734,7 +776,7 @@ class JobEvent:
             job_id=_str({"job_id": job_id}, "job_id"),
             state=state,
             nodes=tuple(nodes),
-            gpus=_int(data, "gpus", required=False) or 0,
+            gpus=_int(data, "gpus", required=False, maximum=MAX_UINT32) or 0,
             start_ms=_ts(data, "start", required=False),
             end_ms=_ts(data, "end", required=False),
             exit_code=_str(data, "exit_code", required=False),

@@ -138,6 +138,19 @@ class Settings:
     metrics_host: str = setting(
         "127.0.0.1", "Worker: address the metrics endpoint binds (0.0.0.0 inside a container)."
     )
+    alertmanager_url: str = setting(
+        "",
+        "notify: Alertmanager base URL incidents are posted to (`http://host:9093`); `--alertmanager` wins.",
+    )
+    notify_group: str = setting(
+        "faultstream-notify",
+        "notify: consumer group holding the notifier's committed offsets on the incidents topic.",
+    )
+    notify_resend_seconds: float = setting(
+        60.0,
+        "notify: open incidents' alerts are posted again this often; each ends 4 x this after its "
+        "last post, so alerts expire by themselves only if the notifier is gone.",
+    )
     checkpoint_write_minutes: float = setting(2.0, "ETTR guidance: time to write one checkpoint (w_cp).")
     restart_overhead_minutes: float = setting(
         10.0, "ETTR guidance: time lost to restart a job after a failure (u0)."

@@ -5,14 +5,23 @@ from __future__ import annotations
 import argparse
 import sys
 
-from stream.cli.common import EXIT_KAFKA, Commands, add_command, add_store_arguments, settings_from_args
+from stream.cli.common import (
+    EXIT_KAFKA,
+    EXIT_USAGE,
+    Commands,
+    add_command,
+    add_store_arguments,
+    settings_from_args,
+)
 from stream.settings import Settings
 
 __all__ = [
     "add_init_kafka_parser",
+    "add_notify_parser",
     "add_tail_parser",
     "add_worker_parser",
     "run_init_kafka",
+    "run_notify",
     "run_tail",
     "run_worker",
 ]
@@ -107,6 +116,34 @@ def add_tail_parser(commands: Commands) -> None:
     tail.set_defaults(handler=run_tail)
 
 
+def add_notify_parser(commands: Commands) -> None:
+    """Add ``notify`` and its options.
+
+    Parameters
+    ----------
+    commands
+        The ``faultstream`` subcommands.
+    """
+    notify = add_command(
+        commands,
+        "notify",
+        help="post the incidents topic to Alertmanager: one alert per incident, resolved with it",
+        example="faultstream notify --alertmanager http://127.0.0.1:9093 --kafka 127.0.0.1:9092",
+        description="Incidents as Alertmanager alerts (labels severity, kind, cluster, node, gpu). "
+        "Reads the incidents topic with its own consumer group and commits after Alertmanager "
+        "accepted, so nothing is missed while either is down.",
+    )
+    notify.add_argument(
+        "--alertmanager", metavar="URL", help="Alertmanager base URL (default FAULTSTREAM_ALERTMANAGER_URL)"
+    )
+    notify.add_argument(
+        "--kafka", metavar="HOST:PORT", help="bootstrap servers (default FAULTSTREAM_KAFKA_BOOTSTRAP)"
+    )
+    notify.add_argument("--topic", help="incidents topic (default FAULTSTREAM_TOPIC_INCIDENTS)")
+    notify.add_argument("--group", help="consumer group (default FAULTSTREAM_NOTIFY_GROUP)")
+    notify.set_defaults(handler=run_notify)
+
+
 def run_init_kafka(args: argparse.Namespace) -> int:
     """Create the topics (those that exist are left as they are) and print each one's outcome.
 
@@ -180,4 +217,42 @@ def run_tail(args: argparse.Namespace) -> int:
         return run(options)
     except TailError as exc:
         sys.stderr.write(f"faultstream tail: error: {exc}\n")
+        return EXIT_KAFKA
+
+
+def run_notify(args: argparse.Namespace) -> int:
+    """Forward incidents to Alertmanager until SIGTERM or Ctrl-C.
+
+    Parameters
+    ----------
+    args
+        The parsed ``notify`` command line.
+
+    Returns
+    -------
+    int
+        0, or ``EXIT_USAGE`` without an Alertmanager URL, or ``EXIT_KAFKA`` if Kafka fails.
+    """
+    from stream.notify.alertmanager import NotifyError, NotifyOptions, run
+
+    settings = Settings.from_env(
+        kafka_bootstrap=args.kafka, alertmanager_url=args.alertmanager, notify_group=args.group
+    )
+    if not settings.alertmanager_url.startswith(("http://", "https://")):
+        sys.stderr.write(
+            "faultstream notify: error: give the Alertmanager URL (--alertmanager http://host:9093 "
+            "or FAULTSTREAM_ALERTMANAGER_URL)\n"
+        )
+        return EXIT_USAGE
+    options = NotifyOptions(
+        bootstrap=settings.kafka_bootstrap,
+        topic=args.topic or settings.topic_incidents,
+        group=settings.notify_group,
+        alertmanager=settings.alertmanager_url,
+        resend_s=settings.notify_resend_seconds,
+    )
+    try:
+        return run(options)
+    except NotifyError as exc:
+        sys.stderr.write(f"faultstream notify: error: {exc}\n")
         return EXIT_KAFKA

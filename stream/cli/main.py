@@ -65,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     kafka.add_init_kafka_parser(commands)
     kafka.add_worker_parser(commands)
     kafka.add_tail_parser(commands)
+    kafka.add_notify_parser(commands)
     store.add_init_db_parser(commands)
     simulate.add_simulate_parser(commands)
     simulate.add_evaluate_parser(commands)

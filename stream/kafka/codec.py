@@ -81,7 +81,8 @@ def decode_record(kind: str, value: bytes, source: str, location: str) -> Record
 
     Examples
     --------
-    >>> decode_record("xid", b'{"ts": 0, "cluster": "c", "node": "n1", "xid": 79}', "xid/0", "offset 3").xid
+    >>> line = b'{"ts": 1704067200000, "cluster": "c", "node": "n1", "xid": 79}'
+    >>> decode_record("xid", line, "xid/0", "offset 3").xid
     79
     >>> decode_record("xid", b"{", "xid/0", "offset 4")
     Traceback (most recent call last):
@@ -98,12 +99,19 @@ def decode_record(kind: str, value: bytes, source: str, location: str) -> Record
         raise InvalidRecord(exc.reason, value, source, location) from None
 
 
-def message_lines(value: bytes, offset: int) -> Iterator[tuple[str, bytes]]:
+def message_lines(value: bytes | None, offset: int) -> Iterator[tuple[str, bytes]]:
     """``(location, line)`` of each record line of a message value (empty lines skipped).
+
+    A message without a value (a tombstone, which no producer of ours sends) is one empty line:
+    one dead letter, not a worker stopped by a ``TypeError``.
 
     >>> list(message_lines(b"a", 7)), list(message_lines(b"a\\n\\nb\\n", 8))
     ([('offset 7', b'a')], [('offset 8 line 1', b'a'), ('offset 8 line 3', b'b')])
+    >>> list(message_lines(None, 9))
+    [('offset 9', b'')]
     """
+    if value is None:
+        value = b""
     if b"\n" not in value:
         yield f"offset {offset}", value
         return
@@ -112,13 +120,15 @@ def message_lines(value: bytes, offset: int) -> Iterator[tuple[str, bytes]]:
             yield f"offset {offset} line {number}", line
 
 
-def decode_message(kind: str, value: bytes, source: str, offset: int) -> Iterator[Record | InvalidRecord]:
+def decode_message(
+    kind: str, value: bytes | None, source: str, offset: int
+) -> Iterator[Record | InvalidRecord]:
     """The records of one message of an input topic, in order; a bad line comes as its
     :class:`InvalidRecord` (location ``offset O line i``), the others are unaffected.
 
     Examples
     --------
-    >>> xid = b'{"ts": 0, "cluster": "c", "node": "n1", "xid": 79}'
+    >>> xid = b'{"ts": 1704067200000, "cluster": "c", "node": "n1", "xid": 79}'
     >>> [r.xid for r in decode_message("xid", xid, "xid/0", 5)]
     [79]
     >>> items = list(decode_message("xid", xid + b"\\n{oops\\n" + xid + b"\\n", "xid/0", 6))

@@ -15,7 +15,9 @@ many bad ones to cross the limit.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import re
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -36,6 +38,7 @@ __all__ = [
     "KafkaDeadLetters",
     "NoDeadLetters",
     "dead_letter_headers",
+    "dead_letter_value",
     "reason_class",
     "to_dead_letter",
 ]
@@ -46,12 +49,30 @@ class DeadLetterLimitExceeded(RuntimeError):
 
 
 def reason_class(reason: str) -> str:
-    """The reason without its particulars, for counting: the text before the first ``" ("``.
+    """The reason without its particulars, for counting: the text before the first ``" ("`` or
+    ``", got "``, with quoted values (not field names) masked.
+
+    It is a Prometheus label (``faultstream_dead_letters_total{reason}``): hostile input must not
+    make one series per bad value.
 
     >>> reason_class("late event (event time 2024-01-01T00:00:00.000Z is older than ...)")
     'late event'
+    >>> reason_class("field 'xid' must be <= 65535, got 99999")
+    "field 'xid' must be <= 65535"
+    >>> reason_class("unknown ECC counter 'x1' (known: sbe_volatile, ...)")
+    "unknown ECC counter '…'"
+    >>> reason_class("field 'pci_bus_id': not a PCI bus id: 'zz'")
+    "field 'pci_bus_id': not a PCI bus id: '…'"
+    >>> reason_class("field 'ts': not an ISO-8601 timestamp: '99999999… (1,000,016 characters, cut)")
+    "field 'ts': not an ISO-8601 timestamp: '…'"
     """
-    return reason.split(" (", 1)[0][:100]
+    text = reason.split(" (", 1)[0].split(", got ", 1)[0]
+    return _QUOTED.sub(lambda match: match[1] or "'…'", text)[:100]
+
+
+#: A quoted field name (``field 'xid'``, kept) or a quoted value (masked; its end may have been
+#: cut off with the rest of a long reason) in a reason.
+_QUOTED = re.compile(r"(field '[^']*')|'[^']*(?:'|$)")
 
 
 def to_dead_letter(
@@ -167,13 +188,34 @@ class NoDeadLetters:
         """Drop the copy: the table has the letter."""
 
 
+#: Raw bytes a dead-letter message carries at most: an input message may be as large as the
+#: broker takes (1 MiB by default), and its letter adds a key and headers, so a letter of the
+#: largest input would be refused (and the worker would stop on it). Longer raw values are cut
+#: on the topic, with their full size in a ``raw_bytes`` header; the ``dead_letters`` table keeps
+#: them whole.
+MAX_TOPIC_RAW_BYTES = 900 * 1024
+
+
 def dead_letter_headers(letter: DeadLetter) -> list[tuple[str, bytes]]:
-    """The Kafka headers of a dead-letter message; its value is the raw bytes, its key the source."""
-    return [
+    """The Kafka headers of a dead-letter message; its value is the raw bytes, its key the source.
+
+    >>> letter = DeadLetter("xid/0", "offset 1", "not JSON", b"x" * 2**20, "xid")
+    >>> [name for name, _ in dead_letter_headers(letter)]
+    ['reason', 'source', 'location', 'raw_bytes']
+    """
+    headers = [
         ("reason", letter.reason.encode()),
         ("source", letter.source.encode()),
         ("location", letter.location.encode()),
     ]
+    if len(letter.raw) > MAX_TOPIC_RAW_BYTES:
+        headers.append(("raw_bytes", str(len(letter.raw)).encode()))
+    return headers
+
+
+def dead_letter_value(letter: DeadLetter) -> bytes:
+    """The value of a dead-letter message: the raw bytes, cut at :data:`MAX_TOPIC_RAW_BYTES`."""
+    return letter.raw[:MAX_TOPIC_RAW_BYTES]
 
 
 #: Sends one message ``(key, value, headers)`` to the dead-letter topic; awaiting the result
@@ -202,6 +244,7 @@ class KafkaDeadLetters:
     def __init__(self, send: SendMessage) -> None:
         self._send = send
         self._pending: dict[int, list[DeadLetter]] = {}
+        self._locks: dict[int, asyncio.Lock] = {}
 
     def produce(self, letter: DeadLetter, batch: int = 0) -> None:
         """Hold ``letter`` until :meth:`deliver` of its batch."""
@@ -214,17 +257,27 @@ class KafkaDeadLetters:
     async def deliver(self, batch: int) -> int:
         """Send the batch's letters and wait for the broker's acks; return how many.
 
-        If sending fails, the letters not acknowledged stay pending for the next try.
+        When it returns, every letter of the batch produced before the call is acknowledged. If
+        sending fails, the letters not acknowledged stay pending for the next try. One delivery of
+        a batch runs at a time: a second one (the publish timer beside a commit point) waits, then
+        sends only what was produced since — before, both sent the same letters, and letters
+        produced while the acks were awaited were dropped from the topic (the fuzz soak showed it).
         """
-        letters = self._pending.get(batch, [])
-        acks = [
-            await self._send(letter.source.encode(), letter.raw, dead_letter_headers(letter))
-            for letter in letters
-        ]
-        for ack in acks:
-            await ack
-        self._pending.pop(batch, None)
-        return len(letters)
+        async with self._locks.setdefault(batch, asyncio.Lock()):
+            letters = self._pending.pop(batch, [])
+            try:
+                acks = [
+                    await self._send(
+                        letter.source.encode(), dead_letter_value(letter), dead_letter_headers(letter)
+                    )
+                    for letter in letters
+                ]
+                for ack in acks:
+                    await ack
+            except BaseException:
+                self._pending[batch] = letters + self._pending.get(batch, [])
+                raise
+            return len(letters)
 
     def discard(self, batch: int) -> None:
         """Forget a batch's letters (its partition moved to a worker that redoes them)."""

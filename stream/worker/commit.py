@@ -122,6 +122,7 @@ class CommitPoint:
         size = await self.checkpoints.save(state.checkpoint())
         self.metrics.checkpoints_written.inc()
         self.metrics.checkpoint_bytes.labels(str(state.partition)).set(size)
+        self.metrics.checkpoint_timestamp.labels(str(state.partition)).set_to_current_time()
         offsets = {TP(topic, state.partition): offset + 1 for topic, offset in state.applied.items()}
         await commit_offsets(self.app.consumer, offsets)  # only now: everything before is safe
         state.uncommitted = 0

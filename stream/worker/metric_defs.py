@@ -29,6 +29,7 @@ MetricName = Literal[
     "faultstream_sink_flush_failures",
     "faultstream_checkpoints_written",
     "faultstream_checkpoint_bytes",
+    "faultstream_checkpoint_timestamp_seconds",
     "faultstream_checkpoints_restored",
     "faultstream_consumer_lag",
     "faultstream_uncommitted",
@@ -84,6 +85,12 @@ METRICS: dict[MetricName, MetricDef] = {
     "faultstream_checkpoints_written": MetricDef("counter", "Detector-state checkpoints written."),
     "faultstream_checkpoint_bytes": MetricDef(
         "gauge", "Size of the newest checkpoint of each input partition.", ("partition",)
+    ),
+    "faultstream_checkpoint_timestamp_seconds": MetricDef(
+        "gauge",
+        "Wall-clock time (Unix seconds) the newest checkpoint of each input partition was written; "
+        "its age is what a crash would make the next owner redo.",
+        ("partition",),
     ),
     "faultstream_checkpoints_restored": MetricDef("counter", "Partitions restored from a checkpoint."),
     "faultstream_consumer_lag": MetricDef(

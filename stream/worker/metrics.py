@@ -41,6 +41,7 @@ class WorkerMetrics:
         self.sink_flush_failures = self._counter("faultstream_sink_flush_failures")
         self.checkpoints_written = self._counter("faultstream_checkpoints_written")
         self.checkpoint_bytes = self._gauge("faultstream_checkpoint_bytes")
+        self.checkpoint_timestamp = self._gauge("faultstream_checkpoint_timestamp_seconds")
         self.checkpoints_restored = self._counter("faultstream_checkpoints_restored")
         self.consumer_lag = self._gauge("faultstream_consumer_lag")
         self.uncommitted = self._gauge("faultstream_uncommitted")
@@ -62,7 +63,7 @@ class WorkerMetrics:
     def forget_partition(self, partition: int, topics: Iterable[str]) -> None:
         """Drop the per-partition series of a partition this worker no longer owns."""
         label = str(partition)
-        for gauge in (self.uncommitted, self.held_back, self.checkpoint_bytes):
+        for gauge in (self.uncommitted, self.held_back, self.checkpoint_bytes, self.checkpoint_timestamp):
             with contextlib.suppress(KeyError):
                 gauge.remove(label)
         for topic in topics:

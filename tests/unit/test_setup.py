@@ -32,8 +32,9 @@ def machine(tmp_path: Path, *, java: str | None = "17.0.15", mvn: bool = True) -
     if mvn:
         (bin_dir / "mvn").write_text("#!/bin/sh\necho 'Apache Maven 3.8.7'\n")
         (bin_dir / "mvn").chmod(0o755)
-    (bin_dir / "chromium").write_text("#!/bin/sh\n")
-    (bin_dir / "chromium").chmod(0o755)
+    for tool in ("chromium", "promtool", "prometheus-alertmanager"):
+        (bin_dir / tool).write_text("#!/bin/sh\n")
+        (bin_dir / tool).chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
     return {**env, "PATH": str(bin_dir), "VIRTUAL_ENV": sys.prefix}
 

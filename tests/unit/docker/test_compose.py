@@ -39,7 +39,7 @@ PROMETHEUS = DOCKER / "prometheus" / "prometheus.yml"
 GRAFANA_PROVISIONING = DOCKER / "grafana" / "provisioning"
 
 #: The stack's long-running services that others wait for; each must say when it is healthy.
-INFRASTRUCTURE = ("kafka", "clickhouse", "prometheus", "grafana")
+INFRASTRUCTURE = ("kafka", "clickhouse", "prometheus", "alertmanager", "grafana")
 #: Variables that hold secrets: compose.yaml must give them no default.
 SECRETS = ("CLICKHOUSE_PASSWORD", "GRAFANA_ADMIN_PASSWORD")
 SETTING_NAMES = frozenset(ENV_PREFIX + spec.name.upper() for spec in fields(Settings))
@@ -337,7 +337,7 @@ def test_host_ports_are_loopback_only_and_distinct(services: dict[str, dict[str,
             assert ip == "127.0.0.1", f"{name} publishes on {ip or 'every interface'}"
             assert host not in seen, f"{name} and {seen.get(host)} both publish {host}"
             seen[host] = name
-    assert set(seen.values()) == {"kafka", "clickhouse", "prometheus", "grafana"}
+    assert set(seen.values()) == {"kafka", "clickhouse", "prometheus", "alertmanager", "grafana"}
 
 
 def test_bind_mounts_exist_and_named_volumes_are_declared(stack: dict[str, Any]) -> None:
@@ -366,7 +366,7 @@ def test_faultstream_services_share_the_image_built_from_this_checkout(
     services: dict[str, dict[str, Any]],
 ) -> None:
     built = _faultstream_services(services)
-    assert set(built) == {"init", "worker", "replay"}
+    assert set(built) == {"init", "worker", "replay", "notify"}
     images = {s["image"] for s in built.values()}
     assert len(images) == 1
     for name, service in built.items():
@@ -409,7 +409,7 @@ def test_faultstream_reaches_kafka_and_clickhouse(services: dict[str, dict[str, 
         assert dsn.password, "the DSN carries the password"
         deps = _dependencies(service)
         assert deps["kafka"] == "service_healthy", name
-        if name != "replay":
+        if name not in ("replay", "notify"):  # these two never touch ClickHouse
             assert deps["clickhouse"] == "service_healthy", name
 
 
@@ -511,6 +511,30 @@ def test_prometheus_scrapes_every_worker(services: dict[str, dict[str, Any]]) ->
     config_flag = next(arg for arg in prometheus["command"] if arg.startswith("--config.file="))
     target = config_flag.split("=", 1)[1]
     assert (DOCKER / mounts[target]).resolve() == PROMETHEUS
+
+
+def test_prometheus_alerts_and_notify_reach_the_stacks_alertmanager(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    config = yaml.safe_load(PROMETHEUS.read_text(encoding="utf-8"))
+    [target] = [
+        t for am in config["alerting"]["alertmanagers"] for sc in am["static_configs"] for t in sc["targets"]
+    ]
+    assert target == "alertmanager:9093"
+    notify = services["notify"]
+    assert notify["command"] == ["notify", "--alertmanager", f"http://{target}"]
+    assert _dependencies(notify)["alertmanager"] == "service_healthy"
+    mounts = {target: source for source, target, _mode in _volumes(services["alertmanager"])}
+    assert (
+        DOCKER / mounts["/etc/alertmanager/alertmanager.yml"]
+    ).resolve() == DOCKER / "alertmanager" / "alertmanager.yml"
+
+
+def test_prometheus_loads_the_mounted_alert_rules(services: dict[str, dict[str, Any]]) -> None:
+    config = yaml.safe_load(PROMETHEUS.read_text(encoding="utf-8"))
+    mounts = {target: source for source, target, _mode in _volumes(services["prometheus"])}
+    assert config["rule_files"] == ["/etc/prometheus/alerts.yml"]
+    assert (DOCKER / mounts["/etc/prometheus/alerts.yml"]).resolve() == PROMETHEUS.with_name("alerts.yml")
 
 
 # --- Grafana ------------------------------------------------------------------------------------

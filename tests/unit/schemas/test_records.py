@@ -20,12 +20,12 @@ CASES = [
     (XidEvent, "xid_event", {"ts": "2024-01-15T10:23:45Z", "cluster": "c", "node": "n", "xid": 0}, False),
     (XidEvent, "xid_event", {"ts": "2024-01-15T10:23:45Z", "cluster": "c", "node": "n", "xid": 79,
                              "pci_bus_id": "nonsense"}, False),
-    (XidEvent, "xid_event", {"ts": 0, "cluster": "c", "node": "n", "xid": 12028, "device": "nvswitch",
+    (XidEvent, "xid_event", {"ts": 1704067200000, "cluster": "c", "node": "n", "xid": 12028, "device": "nvswitch",
                              "pci_bus_id": "0000:05:00.0"}, True),
-    (XidEvent, "xid_event", {"ts": 0, "cluster": "c", "node": "n", "xid": 79, "device": "gpu"}, True),
-    (XidEvent, "xid_event", {"ts": 0, "cluster": "c", "node": "n", "xid": 79, "device": "switch"}, False),
-    (XidEvent, "xid_event", {"ts": 0, "cluster": "c", "node": "n", "xid": 79, "device": ""}, False),
-    (XidEvent, "xid_event", {"ts": 0, "cluster": "c", "node": "n", "xid": 79, "device": 1}, False),
+    (XidEvent, "xid_event", {"ts": 1704067200000, "cluster": "c", "node": "n", "xid": 79, "device": "gpu"}, True),
+    (XidEvent, "xid_event", {"ts": 1704067200000, "cluster": "c", "node": "n", "xid": 79, "device": "switch"}, False),
+    (XidEvent, "xid_event", {"ts": 1704067200000, "cluster": "c", "node": "n", "xid": 79, "device": ""}, False),
+    (XidEvent, "xid_event", {"ts": 1704067200000, "cluster": "c", "node": "n", "xid": 79, "device": 1}, False),
     (EccSample, "ecc_sample", {"ts": "2024-01-15T10:00:00Z", "cluster": "c", "node": "n", "gpu": 0,
                                "counters": {"sbe_volatile": 3, "dbe_volatile": 0}}, True),
     (EccSample, "ecc_sample", {"ts": "2024-01-15T10:00:00Z", "cluster": "c", "node": "n",
@@ -36,20 +36,20 @@ CASES = [
                                "counters": {"sbe_volatile": -1}}, False),
     (EccSample, "ecc_sample", {"ts": "2024-01-15T10:00:00Z", "cluster": "c", "node": "n", "gpu": 0,
                                "counters": {"bogus": 1}}, False),
-    (EccSample, "ecc_sample", {"ts": 0, "cluster": "c", "node": "n", "gpu": 0,
+    (EccSample, "ecc_sample", {"ts": 1704067200000, "cluster": "c", "node": "n", "gpu": 0,
                                "counters": {"remap_failure": 9223372036854775794}}, False),  # DCGM_INT64_NOT_SUPPORTED
-    (EccSample, "ecc_sample", {"ts": 0, "cluster": "c", "node": "n", "gpu": 0,
+    (EccSample, "ecc_sample", {"ts": 1704067200000, "cluster": "c", "node": "n", "gpu": 0,
                                "counters": {"remap_failure": 140737488355328}}, False),  # DCGM_FP64_BLANK
-    (EccSample, "ecc_sample", {"ts": 0, "cluster": "c", "node": "n", "gpu": 0,
+    (EccSample, "ecc_sample", {"ts": 1704067200000, "cluster": "c", "node": "n", "gpu": 0,
                                "counters": {"dbe_volatile": 2147483634}}, False),  # DCGM_INT32_NOT_SUPPORTED
-    (EccSample, "ecc_sample", {"ts": 0, "cluster": "c", "node": "n", "gpu": 0,
+    (EccSample, "ecc_sample", {"ts": 1704067200000, "cluster": "c", "node": "n", "gpu": 0,
                                "counters": {"dbe_volatile": 2147483631, "sbe_volatile": 140737488355327}}, True),
     (JobEvent, "job_event", {"ts": "2024-01-15T10:00:00Z", "cluster": "c", "job_id": "17", "state": "FAILED",
                              "nodes": ["n1", "n2"], "gpus": 16, "start": "2024-01-15T08:00:00Z",
                              "end": "2024-01-15T10:00:00Z", "exit_code": "1:0"}, True),
-    (JobEvent, "job_event", {"ts": 0, "cluster": "c", "job_id": 17, "state": "running"}, True),
-    (JobEvent, "job_event", {"ts": 0, "cluster": "c", "job_id": "17", "state": "EXPLODED"}, False),
-    (JobEvent, "job_event", {"ts": 0, "cluster": "c", "job_id": "17", "state": "FAILED", "nodes": "n1"}, False),
+    (JobEvent, "job_event", {"ts": 1704067200000, "cluster": "c", "job_id": 17, "state": "running"}, True),
+    (JobEvent, "job_event", {"ts": 1704067200000, "cluster": "c", "job_id": "17", "state": "EXPLODED"}, False),
+    (JobEvent, "job_event", {"ts": 1704067200000, "cluster": "c", "job_id": "17", "state": "FAILED", "nodes": "n1"}, False),
     (JobEvent, "job_event", {"ts": "yesterday", "cluster": "c", "job_id": "17", "state": "FAILED"}, False),
 ]  # fmt: skip
 
@@ -84,7 +84,7 @@ def test_round_trip_through_json(record):
 
 def test_invalid_record_names_the_field():
     with pytest.raises(InvalidRecord, match="field 'xid' must be an integer"):
-        XidEvent.from_dict({"ts": 0, "cluster": "c", "node": "n", "xid": "79"})
+        XidEvent.from_dict({"ts": 1704067200000, "cluster": "c", "node": "n", "xid": "79"})
 
 
 def test_pci_bus_ids_of_kernel_and_dcgm_agree():
@@ -92,13 +92,13 @@ def test_pci_bus_ids_of_kernel_and_dcgm_agree():
 
 
 def test_an_sxid_event_keeps_its_device_and_gpu_events_keep_their_ids_and_bytes():
-    gpu = XidEvent(ts_ms=0, cluster="c", node="n", xid=79)
-    switch = XidEvent(ts_ms=0, cluster="c", node="n", xid=79, device="nvswitch")
+    gpu = XidEvent(ts_ms=1704067200000, cluster="c", node="n", xid=79)
+    switch = XidEvent(ts_ms=1704067200000, cluster="c", node="n", xid=79, device="nvswitch")
     assert "device" not in gpu.to_wire() and switch.to_wire()["device"] == "nvswitch"
-    assert gpu.event_id == "06dca9f3d1d29945"  # the id it had before devices existed
+    assert gpu.event_id == "41795c10359aa495"  # the id it had before devices existed (same key, sha1)
     assert switch.event_id != gpu.event_id
     assert XidEvent.from_dict(switch.to_dict()) == switch
-    assert XidEvent.from_dict({"ts": 0, "cluster": "c", "node": "n", "xid": 79}).device == "gpu"
+    assert XidEvent.from_dict({"ts": 1704067200000, "cluster": "c", "node": "n", "xid": 79}).device == "gpu"
 
 
 def test_a_pickle_of_the_layout_before_device_loads_as_a_gpu_event():

@@ -18,12 +18,12 @@ SCHEMAS = Path(__file__).resolve().parents[3] / "schemas" / "jsonschema"
 RECORDS = [
     XidEvent(ts_ms=1705314225123, cluster="c", node="n1", xid=48, pci_bus_id="0000:3b:00", gpu=2, pid=7,
              process="python", message="DBE"),
-    XidEvent(ts_ms=0, cluster="c", node="n1", xid=79),
-    XidEvent(ts_ms=0, cluster="c", node="n1", xid=12028, pci_bus_id="0000:05:00", message="Non-fatal, Link 33",
-             device="nvswitch"),
+    XidEvent(ts_ms=1704067200000, cluster="c", node="n1", xid=79),
+    XidEvent(ts_ms=1704067200000, cluster="c", node="n1", xid=12028, pci_bus_id="0000:05:00",
+             message="Non-fatal, Link 33", device="nvswitch"),
     EccSample(ts_ms=1705314225000, cluster="c", node="n1", gpu=1, pci_bus_id="0000:07:00",
               counters={"sbe_volatile": 5, "remap_failure": 1}),
-    EccSample(ts_ms=-1, cluster="c", node="n1", pci_bus_id="0000:07:00"),
+    EccSample(ts_ms=1704067199999, cluster="c", node="n1", pci_bus_id="0000:07:00"),
     JobEvent(ts_ms=1705314225000, cluster="c", job_id="9_1", state=JobState.NODE_FAIL, nodes=("a", "b"),
              gpus=16, start_ms=1705310000000, end_ms=1705314225000, exit_code="0:9", name="train", user="u"),
     JobEvent(ts_ms=1705310000000, cluster="c", job_id="10", state=JobState.RUNNING, start_ms=1705310000000),
@@ -106,21 +106,21 @@ def test_integer_and_iso_timestamps_decode_to_the_same_record(record_type, docum
          "field 'ts': timestamp must be an ISO-8601 string or epoch milliseconds, got True"),
         (XidEvent, {"ts": "yesterday", "cluster": "c", "node": "n", "xid": 79},
          "field 'ts': not an ISO-8601 timestamp: 'yesterday'"),
-        (XidEvent, {"ts": 0, "cluster": "c", "xid": 79}, "missing required field 'node'"),
-        (XidEvent, {"ts": 0, "cluster": "c", "node": " ", "xid": 79}, "field 'node' must not be empty"),
-        (XidEvent, {"ts": 0, "cluster": "c", "node": "n", "xid": 79, "gpu": -1}, "field 'gpu' must be >= 0, got -1"),
-        (XidEvent, {"ts": 0, "cluster": "c", "node": "n", "xid": True},
+        (XidEvent, {"ts": 1704067200000, "cluster": "c", "xid": 79}, "missing required field 'node'"),
+        (XidEvent, {"ts": 1704067200000, "cluster": "c", "node": " ", "xid": 79}, "field 'node' must not be empty"),
+        (XidEvent, {"ts": 1704067200000, "cluster": "c", "node": "n", "xid": 79, "gpu": -1}, "field 'gpu' must be >= 0, got -1"),
+        (XidEvent, {"ts": 1704067200000, "cluster": "c", "node": "n", "xid": True},
          "field 'xid' must be an integer, got bool"),
-        (XidEvent, {"ts": 0, "cluster": "c", "node": "n", "xid": 79, "pci_bus_id": "nonsense"},
+        (XidEvent, {"ts": 1704067200000, "cluster": "c", "node": "n", "xid": 79, "pci_bus_id": "nonsense"},
          "field 'pci_bus_id': not a PCI bus id: 'nonsense'"),
-        (EccSample, {"ts": 0, "cluster": "c", "node": "n", "gpu": -2, "counters": {}},
+        (EccSample, {"ts": 1704067200000, "cluster": "c", "node": "n", "gpu": -2, "counters": {}},
          "field 'gpu' must be >= 0, got -2"),
-        (EccSample, {"ts": 0, "cluster": "c", "gpu": 0, "counters": {}}, "missing required field 'node'"),
-        (EccSample, {"ts": 0, "cluster": "c", "node": "n", "gpu": 0, "counters": [1, 2]},
+        (EccSample, {"ts": 1704067200000, "cluster": "c", "gpu": 0, "counters": {}}, "missing required field 'node'"),
+        (EccSample, {"ts": 1704067200000, "cluster": "c", "node": "n", "gpu": 0, "counters": [1, 2]},
          "field 'counters' must be an object of counter name to integer"),
-        (EccSample, {"ts": 0, "cluster": "c", "node": "n", "gpu": 0, "counters": {"sbe_volatile": True}},
+        (EccSample, {"ts": 1704067200000, "cluster": "c", "node": "n", "gpu": 0, "counters": {"sbe_volatile": True}},
          "ECC counter 'sbe_volatile' must be a non-negative integer, got True"),
-        (EccSample, {"ts": 0, "cluster": "c", "node": "n", "counters": {}},
+        (EccSample, {"ts": 1704067200000, "cluster": "c", "node": "n", "counters": {}},
          "an ECC sample needs 'gpu' or 'pci_bus_id' to name its GPU"),
         (EccSample, {"ts": 0, "cluster": "c", "node": "n", "gpu": 0, "counters": {"remap_failure": 9223372036854775794}},
          "ECC counter 'remap_failure' is 9223372036854775794, a DCGM blank sentinel ('no value'), not a count: "
@@ -129,15 +129,38 @@ def test_integer_and_iso_timestamps_decode_to_the_same_record(record_type, docum
          "field 'device' must be one of gpu, nvswitch, got 'switch'"),
         (EccSample, {"ts": [0], "cluster": "c", "node": "n", "gpu": 0, "counters": {}},
          "field 'ts': timestamp must be an ISO-8601 string or epoch milliseconds, got [0]"),
-        (JobEvent, {"ts": 0, "cluster": "c", "job_id": "17", "state": "EXPLODED"},
+        (JobEvent, {"ts": 1704067200000, "cluster": "c", "job_id": "17", "state": "EXPLODED"},
          "field 'state': unknown job state 'EXPLODED' (known: PENDING, RUNNING, COMPLETED, FAILED, NODE_FAIL, "
          "TIMEOUT, CANCELLED, PREEMPTED, REQUEUED, OUT_OF_MEMORY)"),
-        (JobEvent, {"ts": 0, "cluster": "c", "job_id": "17", "state": "FAILED", "nodes": None},
+        (JobEvent, {"ts": 1704067200000, "cluster": "c", "job_id": "17", "state": "FAILED", "nodes": None},
          "field 'nodes' must be a list of node names"),
-        (JobEvent, {"ts": 0, "cluster": "c", "job_id": True, "state": "FAILED"},
+        (JobEvent, {"ts": 1704067200000, "cluster": "c", "job_id": True, "state": "FAILED"},
          "field 'job_id' must be a string, got bool"),
-        (JobEvent, {"ts": 0, "cluster": "c", "job_id": "17", "state": "FAILED", "end": 1.0},
+        (JobEvent, {"ts": 1704067200000, "cluster": "c", "job_id": "17", "state": "FAILED", "end": 1.0},
          "field 'end': timestamp must be an ISO-8601 string or epoch milliseconds, got 1.0"),
+        # Out of the columns' ranges or of any plausible clock: dead letters, never a failed insert.
+        (XidEvent, {"ts": 0, "cluster": "c", "node": "n", "xid": 79},
+         "field 'ts' out of range (0 is not between 2000-01-01 and 2100-01-01 UTC)"),
+        (XidEvent, {"ts": "2200-01-01T00:00:00Z", "cluster": "c", "node": "n", "xid": 79},
+         "field 'ts' out of range ('2200-01-01T00:00:00Z' is not between 2000-01-01 and 2100-01-01 UTC)"),
+        (XidEvent, {"ts": -10**15, "cluster": "c", "node": "n", "xid": 79},
+         "field 'ts' out of range (-1000000000000000 is not between 2000-01-01 and 2100-01-01 UTC)"),
+        (XidEvent, {"ts": 1704067200000, "cluster": "c", "node": "n", "xid": 65536},
+         "field 'xid' must be <= 65535, got 65536"),
+        (XidEvent, {"ts": 1704067200000, "cluster": "c", "node": "n", "xid": 79, "gpu": 2**63},
+         "field 'gpu' must be <= 65535, got 9223372036854775808"),
+        (XidEvent, {"ts": 1704067200000, "cluster": "c", "node": "n", "xid": 79, "pid": 2**32},
+         "field 'pid' must be <= 4294967295, got 4294967296"),
+        (EccSample, {"ts": 1704067200000, "cluster": "c", "node": "n", "gpu": 65536, "counters": {}},
+         "field 'gpu' must be <= 65535, got 65536"),
+        (EccSample, {"ts": 1704067200000, "cluster": "c", "node": "n", "gpu": 0, "counters": {"sbe_volatile": 2**64}},
+         "ECC counter 'sbe_volatile' must be <= 18446744073709551615, got 18446744073709551616"),
+        (JobEvent, {"ts": 1704067200000, "cluster": "c", "job_id": "17", "state": "FAILED", "gpus": 2**32},
+         "field 'gpus' must be <= 4294967295, got 4294967296"),
+        (JobEvent, {"ts": 1704067200000, "cluster": "c", "job_id": "17", "state": "FAILED", "start": "1970-01-01T00:00:00Z"},
+         "field 'start' out of range ('1970-01-01T00:00:00Z' is not between 2000-01-01 and 2100-01-01 UTC)"),
+        (JobEvent, {"ts": 1704067200000, "cluster": "c", "job_id": "17", "state": "FAILED", "end": 2**62},
+         "field 'end' out of range (4611686018427387904 is not between 2000-01-01 and 2100-01-01 UTC)"),
     ],
 )  # fmt: skip
 def test_malformed_documents_name_the_field(record_type, document, reason):
@@ -148,9 +171,11 @@ def test_malformed_documents_name_the_field(record_type, document, reason):
 
 def test_a_record_built_by_the_fast_path_is_an_ordinary_record():
     built = XidEvent.from_dict(
-        {"ts": 5, "cluster": "c", "node": "n", "xid": 79, "pci_bus_id": "0000:07:00"}, "s"
+        {"ts": 1704067200005, "cluster": "c", "node": "n", "xid": 79, "pci_bus_id": "0000:07:00"}, "s"
     )
-    constructed = XidEvent(ts_ms=5, cluster="c", node="n", xid=79, pci_bus_id="0000:07:00", source="s")
+    constructed = XidEvent(
+        ts_ms=1704067200005, cluster="c", node="n", xid=79, pci_bus_id="0000:07:00", source="s"
+    )
     assert type(built) is XidEvent
     assert built == constructed and hash(built) == hash(constructed) and repr(built) == repr(constructed)
     assert pickle.loads(pickle.dumps(built)) == constructed
@@ -161,7 +186,9 @@ def test_a_record_built_by_the_fast_path_is_an_ordinary_record():
 
 def test_the_record_owns_its_counters():
     counters = {"sbe_volatile": 1}
-    sample = EccSample.from_dict({"ts": 0, "cluster": "c", "node": "n", "gpu": 0, "counters": counters})
+    sample = EccSample.from_dict(
+        {"ts": 1704067200000, "cluster": "c", "node": "n", "gpu": 0, "counters": counters}
+    )
     counters["sbe_volatile"] = 2
     assert sample.counters == {"sbe_volatile": 1}
 

@@ -64,17 +64,28 @@ def test_batched_messages_of_the_example_follow_the_wire_schema_and_decode_back(
 
 
 def test_a_bad_line_is_its_own_dead_letter_and_spoils_nothing_around_it() -> None:
-    good = encode_record(JobEvent(ts_ms=0, cluster="c", job_id="1", state=JobState.RUNNING, nodes=("n1",)))
-    value = b"\n".join([good, b'{"ts": 0, "cluster": "c", "job_id": "2", "state": "SLEEPING"}', b"", good])
+    good = encode_record(
+        JobEvent(ts_ms=1704067200000, cluster="c", job_id="1", state=JobState.RUNNING, nodes=("n1",))
+    )
+    value = b"\n".join(
+        [good, b'{"ts": 1704067200000, "cluster": "c", "job_id": "2", "state": "SLEEPING"}', b"", good]
+    )
     items = list(decode_message("job", value, "jobs/0", 41))
     assert [type(i).__name__ for i in items] == ["JobEvent", "InvalidRecord", "JobEvent"]
     bad = items[1]
     assert isinstance(bad, InvalidRecord)
     assert (bad.source, bad.location) == ("jobs/0", "offset 41 line 2")
-    assert bad.raw == b'{"ts": 0, "cluster": "c", "job_id": "2", "state": "SLEEPING"}'
+    assert bad.raw == b'{"ts": 1704067200000, "cluster": "c", "job_id": "2", "state": "SLEEPING"}'
 
 
 def test_an_empty_value_is_a_dead_letter_and_empty_lines_are_no_records() -> None:
     [empty] = decode_message("xid", b"", "xid/0", 3)
     assert isinstance(empty, InvalidRecord) and empty.location == "offset 3"
     assert list(decode_message("xid", b"\n\n  \n", "xid/0", 4)) == []
+
+
+def test_a_message_without_a_value_is_one_dead_letter() -> None:
+    """A tombstone on an input topic stopped the worker with a TypeError (found by the fuzz test)."""
+    [item] = list(decode_message("job", None, "jobs/0", 12))
+    assert isinstance(item, InvalidRecord)
+    assert item.location == "offset 12" and item.reason.startswith("not JSON") and item.raw == b""

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from schemas.outputs import DeadLetter
+from schemas.records import InvalidRecord
 from stream.sinks.dead_letters import DeadLetterLimitExceeded, DeadLetterPolicy, KafkaDeadLetters
 
 
@@ -58,3 +59,54 @@ def test_letters_the_broker_did_not_take_stay_pending_for_the_next_commit_point(
     assert letters.pending(6) == 1
     letters.discard(6)
     assert letters.pending(6) == 0
+
+
+def test_a_letter_of_the_largest_input_fits_a_kafka_message() -> None:
+    """A 1 MB bad value whose reason quotes it once made a 2 MB letter the producer refused,
+    which stopped the worker (found by tests/e2e/test_fuzz_worker.py)."""
+    from schemas.records import MAX_REASON_CHARS
+    from stream.kafka.codec import decode_record
+    from stream.sinks.dead_letters import MAX_TOPIC_RAW_BYTES, to_dead_letter
+
+    value = b'{"ts": "' + b"9" * 1_000_000 + b'", "cluster": "c", "node": "n", "xid": 79}'
+    with pytest.raises(InvalidRecord) as caught:
+        decode_record("xid", value, "xid/0", "offset 5")
+    assert len(caught.value.reason) <= MAX_REASON_CHARS and caught.value.reason.endswith("characters, cut)")
+    letter = to_dead_letter(caught.value, "xid")
+    assert letter.raw == value  # the table keeps it whole
+    sent: list[tuple[bytes, bytes, dict[str, bytes]]] = []
+
+    async def send(key: bytes, raw: bytes, headers: list[tuple[str, bytes]]) -> Any:
+        sent.append((key, raw, dict(headers)))
+        return asyncio.sleep(0)
+
+    letters = KafkaDeadLetters(send)
+    letters.produce(letter)
+    asyncio.run(letters.deliver(0))
+    [(key, raw, headers)] = sent
+    assert raw == value[:MAX_TOPIC_RAW_BYTES] and headers["raw_bytes"] == str(len(value)).encode()
+    size = len(key) + len(raw) + sum(len(name) + len(header) for name, header in headers.items())
+    assert size < 1024 * 1024 - 16 * 1024, "room for the record overhead under the 1 MiB default"
+
+
+def test_concurrent_deliveries_send_each_letter_once_and_lose_none() -> None:
+    """The publish timer and a commit point may deliver one partition's letters at once."""
+    sent: list[bytes] = []
+    letters = KafkaDeadLetters.__new__(KafkaDeadLetters)
+
+    async def send(key: bytes, raw: bytes, headers: list[tuple[str, bytes]]) -> Any:
+        sent.append(raw)
+        if raw == b"2":  # produced while the first delivery waits for its acks
+            letters.produce(DeadLetter("xid/0", "offset 9", "not JSON", b"3", "xid"), batch=0)
+        return asyncio.sleep(0.01)
+
+    KafkaDeadLetters.__init__(letters, send)
+
+    async def scenario() -> None:
+        for raw in (b"1", b"2"):
+            letters.produce(DeadLetter("xid/0", f"offset {raw.decode()}", "not JSON", raw, "xid"), batch=0)
+        await asyncio.gather(letters.deliver(0), letters.deliver(0))
+        await letters.deliver(0)
+
+    asyncio.run(scenario())
+    assert sorted(sent) == [b"1", b"2", b"3"] and letters.pending(0) == 0

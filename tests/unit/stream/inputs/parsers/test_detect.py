@@ -48,7 +48,7 @@ def test_detect_sample_files(relative: str, fmt: Format) -> None:
     [
         (b"", Format.KERNEL),
         (b"\n\n  \n", Format.KERNEL),
-        (b'\n{"ts": 0}\n', Format.JSONL),
+        (b'\n{"ts": 1704067200000}\n', Format.JSONL),
         (b"jobid|state|start\n", Format.SACCT),
         (b"JobID|#State|#End\n", Format.SACCT),
         (b"JobID State Start\n1 RUNNING x\n", Format.KERNEL),
@@ -115,7 +115,7 @@ def test_truncated_gzip_keeps_records_and_reports_the_damage(tmp_path: Path) -> 
 
 
 def test_parse_lines_dispatches_on_format() -> None:
-    line = b'{"ts": 0, "node": "n", "xid": 31}'
+    line = b'{"ts": 1704067200000, "node": "n", "xid": 31}'
     assert [type(item) for item in parse_lines([line], Format.JSONL, ParseOptions(), "s")] == [XidEvent]
     assert list(parse_lines([line], Format.KERNEL, ParseOptions(), "s")) == []
     with pytest.raises(ValueError):

@@ -82,12 +82,12 @@ def test_sample_file() -> None:
 @pytest.mark.parametrize(
     ("line", "kind"),
     [
-        (b'{"ts": 0, "cluster": "c", "node": "n", "xid": 31}', XidEvent),
-        (b'{"ts": 0, "node": "n", "gpu": 0, "counters": {}}', EccSample),
-        (b'{"ts": 0, "job_id": "9", "state": "RUNNING"}', JobEvent),
-        (b'{"kind": "job", "ts": 0, "job_id": "9", "state": "running", "xid": 5}', JobEvent),
+        (b'{"ts": 1704067200000, "cluster": "c", "node": "n", "xid": 31}', XidEvent),
+        (b'{"ts": 1704067200000, "node": "n", "gpu": 0, "counters": {}}', EccSample),
+        (b'{"ts": 1704067200000, "job_id": "9", "state": "RUNNING"}', JobEvent),
+        (b'{"kind": "job", "ts": 1704067200000, "job_id": "9", "state": "running", "xid": 5}', JobEvent),
         (
-            b'{"kind": "ecc", "ts": 0, "node": "n", "pci_bus_id": "0000:3b:00", "counters": {}, "job_id": "x"}',
+            b'{"kind": "ecc", "ts": 1704067200000, "node": "n", "pci_bus_id": "0000:3b:00", "counters": {}, "job_id": "x"}',
             EccSample,
         ),
     ],
@@ -100,14 +100,14 @@ def test_kind_selection(line: bytes, kind: type) -> None:
 
 def test_explicit_empty_cluster_is_not_replaced() -> None:
     (dead,) = parse_lines(
-        [b'{"ts": 0, "cluster": "", "node": "n", "xid": 31}'], Format.JSONL, ParseOptions(), "s"
+        [b'{"ts": 1704067200000, "cluster": "", "node": "n", "xid": 31}'], Format.JSONL, ParseOptions(), "s"
     )
     assert isinstance(dead, InvalidRecord)
     assert dead.reason == "xid record: field 'cluster' must not be empty"
 
 
 def test_blank_lines_are_skipped_and_numbering_is_kept() -> None:
-    lines = [b"", b"   ", b"\r\n", b'{"ts": 0, "node": "n", "xid": 31}\n']
+    lines = [b"", b"   ", b"\r\n", b'{"ts": 1704067200000, "node": "n", "xid": 31}\n']
     (record,) = parse_jsonl(lines, ParseOptions(), "s")
     assert isinstance(record, XidEvent)
     assert (record.source, record.cluster) == ("s:4", "default")

@@ -1,0 +1,1 @@
+"""Where incidents leave faultstream for people: ``faultstream notify`` (Alertmanager)."""
