@@ -6,6 +6,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import TopicAlreadyExistsError
 
+from stream.kafka.security import client_options
 from stream.kafka.topics import topic_specs
 from stream.settings import Settings
 
@@ -15,7 +16,7 @@ __all__ = ["create_topics"]
 async def create_topics(settings: Settings) -> list[tuple[str, str]]:
     """Create the topics with their configs, or set the configs of those that exist; return
     ``(topic, "created" | "exists, config set")`` for each."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=30_000)
+    admin = AIOKafkaAdminClient(**client_options(settings), request_timeout_ms=30_000)
     await admin.start()
     outcome = []
     try:

@@ -24,6 +24,7 @@ from faust.types import TP
 from schemas.outputs import DeadLetter
 from schemas.records import InvalidRecord
 from stream.kafka.codec import decode_message, decode_record, message_lines, partition_for_key
+from stream.kafka.security import client_options
 from stream.pipeline import store_dead_letter
 from stream.settings import Settings
 from stream.sinks.clickhouse import ClickHouseSink
@@ -87,7 +88,7 @@ class WorkerRuntime:
         self.metrics = metrics
         self.lock = asyncio.Lock()
         self.checkpoints = CheckpointTopic(
-            settings.kafka_bootstrap, settings.topic_checkpoints, settings.worker_app_id
+            client_options(settings), settings.topic_checkpoints, settings.worker_app_id
         )
         self.checkpoints_started = False
         self.policy = DeadLetterPolicy.from_settings(
@@ -317,7 +318,7 @@ class WorkerRuntime:
         inputs = [tp for tp in consumer.assignment() if tp.topic in self.topics.kinds]
         try:
             if self._admin is None:
-                admin = AIOKafkaAdminClient(bootstrap_servers=self.settings.kafka_bootstrap)
+                admin = AIOKafkaAdminClient(**client_options(self.settings))
                 await admin.start()
                 self._admin = admin
             committed = await self._admin.list_consumer_group_offsets(
