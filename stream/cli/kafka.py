@@ -134,12 +134,14 @@ def run_worker(args: argparse.Namespace) -> int:
     """
     import asyncio
 
+    from stream.kafka.admin import wait_for_group_coordinator
     from stream.kafka.security import check_kafka
     from stream.worker.app import run_worker as run_faust_worker
 
     settings = settings_from_args(args).with_overrides(kafka_bootstrap=args.kafka)
     # Faust retries a broker that refuses it for ever, logging tracebacks: check first, fail in one line.
     security = asyncio.run(check_kafka(settings))
+    asyncio.run(wait_for_group_coordinator(settings, settings.worker_app_id))
     run_faust_worker(settings, security)
     return 0
 

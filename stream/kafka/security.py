@@ -294,8 +294,15 @@ async def check_kafka(settings: Settings, timeout_s: float = 15.0) -> KafkaSecur
             reasons.append(f"{server}: TLS failed ({_first_line(exc.reason or str(exc))})")
         except KafkaError as exc:
             reasons.append(f"{server}: {_explain(exc, security)}")
+        except ConnectionResetError:
+            # A TLS hello to a plaintext listener: the broker drops the connection without a word.
+            hint = "is it a TLS listener?" if security.uses_tls else "is it a TLS or SASL listener?"
+            reasons.append(
+                f"{server}: the broker reset the connection ({hint} "
+                "check FAULTSTREAM_KAFKA_SECURITY_PROTOCOL)"
+            )
         except OSError as exc:
-            reasons.append(f"{server}: {_first_line(exc.strerror or str(exc))}")
+            reasons.append(f"{server}: {_first_line(exc.strerror or str(exc) or type(exc).__name__)}")
         else:
             conn.close()
             return security

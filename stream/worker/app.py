@@ -98,6 +98,11 @@ def build_app(settings: Settings, security: KafkaSecurity | None = None) -> faus
         topic_partitions=settings.topic_partitions,
         topic_replication_factor=settings.topic_replication,
         topic_allow_declare=False,
+        # No leader election: nothing here runs `on_leader` (Faust's own advice for such apps).
+        # With election on, every start subscribed to `<app id>-__assignor-__leader`, which
+        # `topic_allow_declare=False` never creates, and aiokafka logged "[ERROR] Topic ... not
+        # found in cluster metadata" on each healthy start.
+        topic_disable_leader=True,
         broker_commit_every=1000,
         # Nothing is acked to Faust (the worker commits its own offsets); a rebalance must not wait
         # for them (the partition's next owner redoes them from its checkpoint).
