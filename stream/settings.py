@@ -45,7 +45,14 @@ class Settings:
     clickhouse_dsn: str = setting(
         "",
         "ClickHouse to write to: `chdb:///abs/path` (embedded, in-process) or "
-        "`http(s)://user:pass@host:8123`. Empty: embedded store in `data_dir`.",
+        "`http(s)://user:pass@host:8123`. Empty: embedded store in `data_dir`. Never printed whole: "
+        "messages show it without the password.",
+        secret=True,
+    )
+    clickhouse_ca_file: str = setting(
+        "",
+        "PEM file of the CA that signed the ClickHouse server's certificate, for `https://` DSNs "
+        "(the server's certificate and host name are always verified; empty: the system's CAs).",
     )
     data_dir: str = setting(
         "./faultstream-data", "Folder of the embedded store and of the embedded dead-letter file."
