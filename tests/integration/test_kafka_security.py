@@ -93,9 +93,10 @@ def published_records(env: dict[str, str]) -> int:
     """Records on the deployment's input topics (a message holds one or more, newline-separated)."""
     total = 0
     for name in ("XID", "ECC", "JOBS"):
-        messages, _ = asyncio.run(
-            kafka.consume(env["FAULTSTREAM_KAFKA_BOOTSTRAP"], env[f"FAULTSTREAM_TOPIC_{name}"], 1, 10**9, 15)
-        )
+        bootstrap, topic = env["FAULTSTREAM_KAFKA_BOOTSTRAP"], env[f"FAULTSTREAM_TOPIC_{name}"]
+        _, ends = asyncio.run(kafka.consume(bootstrap, topic, 1, 0, 15))  # count 0: the end offsets only
+        messages, _ = asyncio.run(kafka.consume(bootstrap, topic, 1, sum(ends.values()), 30))
+        assert len(messages) == sum(ends.values()), f"{topic}: not read to its end"
         total += sum(len([line for line in m.value.split(b"\n") if line]) for m in messages)
     return total
 
