@@ -187,6 +187,22 @@ def test_init_kafka_with_a_client_certificate(secure_kafka: SecureBroker) -> Non
         kafka.delete_deployment_topics(plain(env, secure_kafka))
 
 
+# -- SASL_PLAINTEXT ------------------------------------------------------------------------------
+
+
+def test_init_kafka_replay_to_and_tail_over_sasl_plaintext(secure_kafka: SecureBroker) -> None:
+    env = deployment(secure_kafka, secure_kafka.sasl_plaintext_env())
+    try:
+        assert ok(env, "init-kafka").count(": created") == 7
+        ok(env, "replay", str(LOGS), "--to", f"kafka://{secure_kafka.sasl_plaintext}", "--no-progress")
+        assert published_records(plain(env, secure_kafka)) == EXAMPLE_RECORDS
+        topic = env["FAULTSTREAM_TOPIC_INCIDENTS"]
+        asyncio.run(produce(secure_kafka.plaintext, topic, [(b"k", json.dumps(incident(3)).encode())]))
+        assert tail_json(env) == [("inc-3", 2)]
+    finally:
+        kafka.delete_deployment_topics(plain(env, secure_kafka))
+
+
 # -- refused: one line, a non-zero exit, within seconds -----------------------------------------
 
 COMMANDS = {

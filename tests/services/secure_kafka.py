@@ -5,7 +5,8 @@ single-node KRaft broker with, beside its PLAINTEXT listener, a SASL_SSL listene
 the user created at format time) and an SSL listener that requires a client certificate, with a
 CA and certificates made by openssl and keytool for this run. `SecureBroker.stop()` stops it by
 the PID in its folder (``stop.sh``). The session fixture ``secure_kafka`` in tests/conftest.py
-starts one per test session and fails the tests that use it when it cannot.
+starts one per test session and fails the tests that use it when it cannot. A SASL_PLAINTEXT
+listener (the same SCRAM user, no TLS) completes the set of protocols.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ class SecureBroker:
     sasl_ssl: str
     #: SSL listener requiring a client certificate signed by the test CA.
     ssl: str
+    #: SASL_PLAINTEXT listener (SCRAM-SHA-512, no TLS).
+    sasl_plaintext: str
     tls_dir: Path
 
     @property
@@ -72,6 +75,13 @@ class SecureBroker:
             **extra,
         }
 
+    def sasl_plaintext_env(self, **extra: str) -> dict[str, str]:
+        """FAULTSTREAM_* variables of a client of the SASL_PLAINTEXT listener (no TLS settings)."""
+        env = self.sasl_env(FAULTSTREAM_KAFKA_BOOTSTRAP=self.sasl_plaintext, **extra)
+        env["FAULTSTREAM_KAFKA_SECURITY_PROTOCOL"] = "SASL_PLAINTEXT"
+        del env["FAULTSTREAM_KAFKA_SSL_CAFILE"]
+        return env
+
     def stop(self) -> None:
         """Stop the broker by the PID in its folder and remove the folder."""
         subprocess.run([str(HERE / "stop.sh"), str(self.run_dir)], check=False, timeout=60)
@@ -93,5 +103,6 @@ def start(run_dir: Path) -> SecureBroker:
         plaintext=values["KAFKA_BOOTSTRAP"],
         sasl_ssl=values["KAFKA_SASL_SSL_BOOTSTRAP"],
         ssl=values["KAFKA_SSL_BOOTSTRAP"],
+        sasl_plaintext=values["KAFKA_SASL_PLAINTEXT_BOOTSTRAP"],
         tls_dir=Path(values["KAFKA_TLS_DIR"]),
     )

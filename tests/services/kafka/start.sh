@@ -13,7 +13,9 @@
 #   SASL_SSL  TLS + SASL/SCRAM-SHA-512; the user is created when the metadata log is formatted
 #             (kafka-storage format --add-scram, the KRaft way)
 #   SSL       TLS that requires a client certificate signed by the CA
-# and prints, before KAFKA_BOOTSTRAP: KAFKA_SASL_SSL_BOOTSTRAP=, KAFKA_SSL_BOOTSTRAP=, KAFKA_TLS_DIR=.
+#   SASL_PLAINTEXT  the same SCRAM login without TLS
+# and prints, before KAFKA_BOOTSTRAP: KAFKA_SASL_SSL_BOOTSTRAP=, KAFKA_SSL_BOOTSTRAP=,
+# KAFKA_SASL_PLAINTEXT_BOOTSTRAP=, KAFKA_TLS_DIR=.
 # KAFKA_TLS_DIR holds ca.pem, client.pem, client.key (PEM, for the clients), other-ca.pem (a CA that
 # signed nothing the broker has: an untrusted CA), scram-user and scram-password.
 #
@@ -104,6 +106,8 @@ if ((secure)); then
     while [[ "$ssl_port" == "$port" || "$ssl_port" == "$cport" || "$ssl_port" == "$sasl_port" ]]; do
         ssl_port="$(free_port)"
     done
+    sp_port="$(free_port)"
+    while [[ " $port $cport $sasl_port $ssl_port " == *" $sp_port "* ]]; do sp_port="$(free_port)"; done
 fi
 
 cat >"$run_dir/server.properties" <<EOF
@@ -165,14 +169,16 @@ if ((secure)); then
         chmod 600 broker.key client.key scram-password broker.p12
     }
     (make_tls) >"$run_dir/tls.log" 2>&1 || { cat "$run_dir/tls.log" >&2; die "making the test CA and certificates failed"; }
-    sed -i "s|^listeners=.*|listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport,SASL_SSL://127.0.0.1:$sasl_port,SSL://127.0.0.1:$ssl_port|
-s|^advertised.listeners=.*|advertised.listeners=PLAINTEXT://127.0.0.1:$port,SASL_SSL://127.0.0.1:$sasl_port,SSL://127.0.0.1:$ssl_port|
-s|^listener.security.protocol.map=.*|listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL,SSL:SSL|" \
+    secured="SASL_SSL://127.0.0.1:$sasl_port,SSL://127.0.0.1:$ssl_port,SASL_PLAINTEXT://127.0.0.1:$sp_port"
+    sed -i "s|^listeners=.*|listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport,$secured|
+s|^advertised.listeners=.*|advertised.listeners=PLAINTEXT://127.0.0.1:$port,$secured|
+s|^listener.security.protocol.map=.*|listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT|" \
         "$run_dir/server.properties"
     cat >>"$run_dir/server.properties" <<EOF
 # --secure: SASL_SSL (SCRAM-SHA-512) and SSL with client certificates
 sasl.enabled.mechanisms=SCRAM-SHA-512
 listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 ssl.keystore.type=PKCS12
 ssl.keystore.location=$tls/broker.p12
 ssl.keystore.password=$store_pass
@@ -239,6 +245,7 @@ echo "KAFKA_RUN_DIR=$run_dir"
 if ((secure)); then
     echo "KAFKA_SASL_SSL_BOOTSTRAP=127.0.0.1:$sasl_port"
     echo "KAFKA_SSL_BOOTSTRAP=127.0.0.1:$ssl_port"
+    echo "KAFKA_SASL_PLAINTEXT_BOOTSTRAP=127.0.0.1:$sp_port"
     echo "KAFKA_TLS_DIR=$tls"
 fi
 echo "KAFKA_BOOTSTRAP=$bootstrap"

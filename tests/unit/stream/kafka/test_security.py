@@ -184,3 +184,17 @@ def test_check_kafka_fails_in_one_line_when_nothing_listens() -> None:
 def test_check_kafka_rejects_a_bootstrap_without_a_port() -> None:
     with pytest.raises(SettingsError, match="'broker' is not HOST:PORT"):
         asyncio.run(check_kafka(Settings(kafka_bootstrap="broker")))
+
+
+def test_check_kafka_tries_every_bootstrap_server_and_names_each_failure() -> None:
+    ports = []
+    for _ in range(2):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            ports.append(probe.getsockname()[1])
+    servers = ",".join(f"127.0.0.1:{port}" for port in ports)
+    with pytest.raises(KafkaAccessError) as caught:
+        asyncio.run(check_kafka(Settings(kafka_bootstrap=servers), timeout_s=5))
+    message = str(caught.value)
+    assert [f"127.0.0.1:{port}: " in message for port in ports] == [True, True]
+    assert message.count("; ") == 1 and "\n" not in message
