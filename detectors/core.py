@@ -12,17 +12,17 @@ The core is pure: no I/O, no clock, no randomness.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
-
-from river import stats
 
 from detectors.attribution import HardwareEvent
 from detectors.ecc import EccRow, EccTracker
 from detectors.exposure import ExposureTracker
+from detectors.fleet import FAILED_JOB, PEAK, SEEN, SIGNAL, FleetConfig, FleetCore, FleetFact, JobPart
 from detectors.incidents import EvidenceItem, Finding, IncidentTracker
-from detectors.jobs import Attributed, JobTracker
-from detectors.lemon import LemonConfig, LemonTracker
+from detectors.jobs import Decided, JobTracker
+from detectors.lemon import LemonConfig
 from detectors.mttf import SizeBuckets
 from detectors.thresholds import Threshold
 from detectors.xid_burst import XidSpreadScorer, XidStormScorer, spread_filter, storm_filter
@@ -31,7 +31,7 @@ from schemas.outputs import Incident, IncidentKind, IncidentStatus, JobAttributi
 from schemas.records import EccSample, JobEvent, JobState, XidEvent
 from schemas.timeutil import DAY_MS, HOUR_MS, MINUTE_MS
 
-__all__ = ["CoreConfig", "DetectionCore", "EccRow", "Emitted"]
+__all__ = ["CoreConfig", "DetectionCore", "EccRow", "Emitted", "FleetBaselineMissing"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +63,9 @@ class CoreConfig:
         the Poisson surprise (``-log10`` probability) that makes an anomaly.
     lemon
         Lemon-node detection (fleet statistics over a sliding window).
+    storm_baseline_period_ms
+        Period of the fleet's storm baseline (:mod:`detectors.fleet`): events of a period are
+        judged against the bursts the fleet finished before the previous period began.
     quiet_period_by_kind_ms
         Quiet periods of the slow detectors, longer than the default on purpose: a degradation
         is seen once per ECC scrape, a lemon verdict once a day.
@@ -85,12 +88,34 @@ class CoreConfig:
     ecc_trend_floor_per_day: float = 1.0
     ecc_trend_threshold: float = 6.0
     lemon: LemonConfig = field(default_factory=LemonConfig)
+    storm_baseline_period_ms: int = DAY_MS
     quiet_period_by_kind_ms: tuple[tuple[IncidentKind, int], ...] = (
         (IncidentKind.ECC_TREND, 2 * DAY_MS),
         (IncidentKind.NVLINK_FLAPPING, DAY_MS),
         (IncidentKind.XID_STORM, 2 * HOUR_MS),
         (IncidentKind.LEMON_NODE, 3 * DAY_MS),
     )
+
+    def __post_init__(self) -> None:
+        if self.allowed_lateness_ms + self.attribution_after_ms >= self.storm_baseline_period_ms:
+            raise ValueError(
+                "the storm baseline period must be longer than the allowed lateness plus the "
+                "attribution window after a job's end"
+            )
+
+    def fleet_config(self) -> FleetConfig:
+        """The fleet stage's share of this configuration."""
+        return FleetConfig(
+            lemon=self.lemon,
+            baseline_period_ms=self.storm_baseline_period_ms,
+            attribution_before_ms=self.attribution_before_ms,
+            attribution_after_ms=self.attribution_after_ms,
+            windows_s=self.windows_s,
+            size_buckets=self.size_buckets,
+            quiet_period_ms=dict(self.quiet_period_by_kind_ms).get(
+                IncidentKind.LEMON_NODE, self.quiet_period_ms
+            ),
+        )
 
 
 @dataclass(slots=True)
@@ -101,6 +126,16 @@ class Emitted:
     attributions: list[JobAttribution] = field(default_factory=list)
     mttf: list[MttfPartial] = field(default_factory=list)
     ecc_rows: list[EccRow] = field(default_factory=list)
+    #: For a fleet stage elsewhere (a core made with ``local_fleet=False``): its facts, the
+    #: failed runs it decided, and its horizon (no more facts before it).
+    facts: list[FleetFact] = field(default_factory=list)
+    job_parts: list[JobPart] = field(default_factory=list)
+    fleet_horizon_ms: int | None = None
+
+
+class FleetBaselineMissing(RuntimeError):
+    """A core without a local fleet stage was given a record of a period whose storm baseline it
+    has not learnt (:meth:`DetectionCore.learn_baselines`); the caller holds such records."""
 
 
 _NO_DEADLINE = 2**63
@@ -127,8 +162,23 @@ class DetectionCore:
     False
     """
 
-    def __init__(self, config: CoreConfig) -> None:
+    def __init__(
+        self,
+        config: CoreConfig,
+        *,
+        owns: Callable[[str], bool] | None = None,
+        local_fleet: bool = True,
+    ) -> None:
         self.config = config
+        #: Which nodes this core judges (None: all). A core of a Kafka partition owns the nodes
+        #: keyed to it; it hands the fleet stage facts about those only, whatever else it sees.
+        self.owns = owns
+        #: The fleet stage, in process (embedded replay), or None: the caller carries the facts
+        #: in :attr:`Emitted.facts` to a stage elsewhere and brings back its baselines.
+        self.fleet = FleetCore(config.fleet_config()) if local_fleet else None
+        self._baselines: dict[int, float] = {}
+        self._seen: set[str] = set()
+        self._xid_day: dict[str, int] = {}
         self.max_event_ms: int | None = None
         self._emitted = Emitted()
         self._incidents = IncidentTracker(config.quiet_period_ms, dict(config.quiet_period_by_kind_ms))
@@ -158,12 +208,8 @@ class DetectionCore:
         )
         self._storms: dict[tuple[str, str, str], Threshold] = {}
         self._spreads: dict[tuple[str, str, str], Threshold] = {}
-        # The fleet's usual XID burst: a high quantile of the peak window counts of finished bursts.
-        self._fleet_window_counts = stats.Quantile(0.99)
         self._storming: set[tuple[str, str, str]] = set()  # GPUs whose current burst was flagged
-        self._lemons = LemonTracker(config.lemon)
-        self._cluster_of: dict[str, str] = {}
-        self._next_lemon_ms: int | None = None
+        self._clock_started = False
 
     # -- public API --------------------------------------------------------------------------
 
@@ -191,9 +237,44 @@ class DetectionCore:
         return True
 
     def drain(self) -> Emitted:
-        """Return and forget what was decided since the previous call."""
+        """Return and forget what was decided since the previous call (with a local fleet stage,
+        what it decided too)."""
         emitted, self._emitted = self._emitted, Emitted()
+        if self.fleet is not None:
+            decided = self.fleet.drain()
+            emitted.incidents.extend(decided.incidents)
+            emitted.attributions.extend(decided.attributions)
+            emitted.mttf.extend(decided.mttf)
+        elif self.max_event_ms is not None:
+            emitted.fleet_horizon_ms = self.fleet_horizon_ms
         return emitted
+
+    @property
+    def fleet_horizon_ms(self) -> int | None:
+        """Event time before which this core hands the fleet stage no more facts: the watermark,
+        less the attribution window after a job's end (a run's failure is decided that late)."""
+        watermark = self.watermark_ms
+        return None if watermark is None else watermark - self.config.attribution_after_ms
+
+    def advance(self, ts_ms: int) -> None:
+        """Let the watermark move as a record at ``ts_ms`` would, without the record: decide what
+        is due, so that the fleet horizon moves too. A runtime feeding a fleet stage elsewhere
+        calls it before a record whose storm baseline is not known yet (:meth:`ready_for`)."""
+        if self.max_event_ms is None or ts_ms > self.max_event_ms:
+            self._advance_to(ts_ms)
+
+    def ready_for(self, ts_ms: int) -> bool:
+        """Whether a record at ``ts_ms`` can be processed now: with a fleet stage elsewhere, only
+        once the storm baseline of its period was learnt."""
+        return self.fleet is not None or self.baseline_needed_ms(ts_ms) in self._baselines
+
+    def learn_baselines(self, baselines: dict[int, float]) -> None:
+        """Storm baselines from a fleet stage elsewhere: period start (ms) -> usual burst."""
+        self._baselines.update(baselines)
+
+    def baseline_needed_ms(self, ts_ms: int) -> int:
+        """The period start whose storm baseline a record at ``ts_ms`` may need."""
+        return ts_ms - ts_ms % self.config.storm_baseline_period_ms
 
     def finish(self) -> Emitted:
         """End of input: decide every pending attribution and emit the exposure of running jobs.
@@ -205,8 +286,8 @@ class DetectionCore:
         if self.max_event_ms is not None:
             end = self.max_event_ms
             self._advance_to(end + self.config.allowed_lateness_ms + 1, closing=False)
-            for attributed in self._jobs.decide_all():
-                self._route_attribution(attributed)
+            for decided in self._jobs.decide_all():
+                self._decided(decided)
             for run in sorted(self._jobs.running, key=lambda r: (r.cluster, r.job_id, r.start_ms)):
                 self._emitted.mttf.extend(self._exposure.run_so_far(run, end))
         return self.drain()
@@ -214,29 +295,28 @@ class DetectionCore:
     # -- time ----------------------------------------------------------------------------------
 
     def _advance_to(self, max_event_ms: int, closing: bool = True) -> None:
-        if self._next_lemon_ms is None:  # the first event: align the clocks on it
+        if not self._clock_started:  # the first event: align the clocks on it
+            self._clock_started = True
             self._exposure.start_clock(max_event_ms)
-            every = self.config.lemon.evaluate_every_ms
-            self._next_lemon_ms = max_event_ms - max_event_ms % every + every
             self._refresh_deadline()
         self.max_event_ms = max_event_ms
         watermark = max_event_ms - self.config.allowed_lateness_ms
-        if watermark <= self._next_deadline:
-            return
-        # Time-driven work happens in event-time order: everything due before a lemon
-        # evaluation instant is done before that evaluation, whatever size the watermark's jump.
-        while closing and self._next_lemon_ms is not None and self._next_lemon_ms <= watermark:
-            instant = self._next_lemon_ms
-            self._run_due(instant, closing)
-            self._evaluate_lemons(instant)
-            self._next_lemon_ms = instant + self.config.lemon.evaluate_every_ms
-        self._run_due(watermark, closing)
-        self._jobs.forget_evidence(watermark)
-        self._refresh_deadline()
+        if watermark > self._next_deadline:
+            self._run_due(watermark, closing)
+            self._jobs.forget_evidence(watermark)
+            self._refresh_deadline()
+        fleet = self.fleet
+        if closing and fleet is not None:
+            # The stage decides its instants (lemon verdicts, storm baselines) once this core's
+            # horizon passes them, after every fact before them.
+            horizon = watermark - self.config.attribution_after_ms
+            due = fleet.next_instant_ms
+            if due is None or horizon > due:
+                fleet.advance(0, horizon)
 
     def _run_due(self, instant: int, closing: bool) -> None:
-        for attributed in self._jobs.decide_due(instant):
-            self._route_attribution(attributed)
+        for decided in self._jobs.decide_due(instant):
+            self._decided(decided)
         self._emitted.incidents.extend(self._incidents.resolve_idle(instant))
         if closing:
             self._emitted.mttf.extend(self._exposure.close_windows(instant, self._jobs.running))
@@ -249,49 +329,51 @@ class DetectionCore:
                 self._jobs.next_decision_ms,
                 self._incidents.next_deadline_ms,
                 self._exposure.next_close_ms,
-                self._next_lemon_ms,
             )
             if deadline is not None
         ]
         self._next_deadline = min(candidates) if candidates else _NO_DEADLINE
 
-    def _evaluate_lemons(self, now: int) -> None:
-        for verdict in self._lemons.evaluate(now):
-            crossed = ", ".join(
-                f"{name} {verdict.counts[name]} where {verdict.expected[name]:.2g} is usual"
-                for name in verdict.crossed
-            )
-            self._emitted.incidents.extend(
-                self._incidents.observe(
-                    Finding(
-                        cluster=self._cluster_of.get(verdict.node, ""),
-                        kind=IncidentKind.LEMON_NODE,
-                        node=verdict.node,
-                        severity=Severity.WARN,
-                        detector="lemon_fleet",
-                        score=verdict.score,
-                        action="drain the node and run full diagnostics; replace parts or retire it if they "
-                        "fail",
-                        title=f"Lemon node: signals far above the fleet over "
-                        f"{self.config.lemon.window_ms // DAY_MS} d"
-                        f" ({crossed or 'combined'})",
-                        evidence=EvidenceItem(
-                            now, counter_deltas=tuple(sorted(verdict.counts.items())), jobs=verdict.jobs_hurt
-                        ),
-                    )
-                )
-            )
+    # -- the fleet stage -----------------------------------------------------------------------
+
+    def _mine(self, node: str) -> bool:
+        return self.owns is None or self.owns(node)
+
+    def _fact(self, fact: FleetFact) -> None:
+        if self.fleet is not None:
+            self.fleet.add(0, (fact,))
+        else:
+            self._emitted.facts.append(fact)
+
+    def _signal(self, node: str, name: str, ts_ms: int, key: str = "") -> None:
+        if self._mine(node):
+            self._fact(FleetFact(ts_ms, SIGNAL, node, name, key))
 
     def _see(self, cluster: str, node: str, ts_ms: int) -> None:
-        if node not in self._cluster_of:
-            self._cluster_of[node] = cluster
-            self._lemons.see_node(node, ts_ms)
+        if node not in self._seen and self._mine(node):
+            self._seen.add(node)
+            self._fact(FleetFact(ts_ms, SEEN, node, cluster=cluster))
+
+    def _storm_baseline(self, ts_ms: int) -> float:
+        period_start = self.baseline_needed_ms(ts_ms)
+        if self.fleet is not None:
+            usual = self.fleet.baseline(period_start)
+        else:
+            usual = self._baselines.get(period_start)
+        if usual is None:
+            raise FleetBaselineMissing(
+                f"no fleet storm baseline for the period from {period_start} (a record at {ts_ms})"
+            )
+        return usual
 
     # -- XID -----------------------------------------------------------------------------------
 
     def _process_xid(self, event: XidEvent) -> None:
         self._see(event.cluster, event.node, event.ts_ms)
-        self._lemons.record_xid(event.node, event.ts_ms)
+        day = event.ts_ms - event.ts_ms % DAY_MS
+        if self._xid_day.get(event.node, -(2**62)) < day:  # one fact a node and day: xid_days
+            self._xid_day[event.node] = day
+            self._signal(event.node, "xid_days", event.ts_ms)
         info = classify_xid(event.xid)
         gpu = event.gpu_key
         # NVLink errors come in bursts on several GPUs: the spread detector owns them, the storm
@@ -325,7 +407,7 @@ class DetectionCore:
             and info.severity is Severity.CRITICAL
             and versions[-1].status is IncidentStatus.OPEN
         ):
-            self._lemons.record(event.node, "hw_incidents", event.ts_ms)
+            self._signal(event.node, "hw_incidents", event.ts_ms)
         if info.hardware and info.severity is Severity.CRITICAL:
             self._jobs.add_evidence(HardwareEvent(event.ts_ms, event.node, gpu, kind, event.xid))
 
@@ -334,8 +416,8 @@ class DetectionCore:
         model = self._storms.get(key)
         if model is None:
             model = self._storms[key] = self._storm_template.clone()
-        usual = self._fleet_window_counts.get()
-        x: dict[Any, Any] = {"t": event.ts_ms / HOUR_MS, "fleet_usual": usual or 0.0}
+        usual = self._storm_baseline(event.ts_ms)
+        x: dict[Any, Any] = {"t": event.ts_ms / HOUR_MS, "fleet_usual": usual}
         score = model.score_one(x)
         storming = model.is_anomaly(score)
         if storming:
@@ -367,8 +449,8 @@ class DetectionCore:
         if finished_peak is not None:
             if key in self._storming:
                 self._storming.discard(key)  # a storm's peak is not what the fleet usually sees
-            else:
-                self._fleet_window_counts.update(finished_peak)
+            elif self._mine(event.node):
+                self._fact(FleetFact(event.ts_ms, PEAK, event.node, key=gpu, value=finished_peak))
         if storming:
             self._storming.add(key)
 
@@ -413,7 +495,7 @@ class DetectionCore:
             versions = self._incidents.observe(finding)
             self._emitted.incidents.extend(versions)
             if versions[-1].status is IncidentStatus.OPEN:
-                self._lemons.record(sample.node, "hw_incidents", sample.ts_ms)
+                self._signal(sample.node, "hw_incidents", sample.ts_ms)
             self._jobs.add_evidence(HardwareEvent(sample.ts_ms, sample.node, sample.gpu_key, finding.kind))
         if observed.trend is not None:
             self._emitted.incidents.extend(self._incidents.observe(observed.trend))
@@ -428,7 +510,7 @@ class DetectionCore:
             if run is not None:
                 for node in run.nodes:
                     self._see(event.cluster, node, event.ts_ms)
-                    self._lemons.record(node, "job_runs", run.start_ms)
+                    self._signal(node, "job_runs", run.start_ms, run.job_id)
             return
         if not event.state.is_terminal:
             return
@@ -442,21 +524,31 @@ class DetectionCore:
         # A possible hardware failure: the lemon statistics count it now, the verdict waits for
         # the attribution window (the tracker holds the run until then).
         for node in run.nodes:
-            self._lemons.record_failed_job(node, run.job_id, end)
+            if self._mine(node):
+                self._fact(FleetFact(end, FAILED_JOB, node, key=run.job_id))
         if event.state is JobState.NODE_FAIL and len(run.nodes) == 1:
-            self._lemons.record(run.nodes[0], "node_fails", end)
+            self._signal(run.nodes[0], "node_fails", end)
         self._next_deadline = min(self._next_deadline, ended.decide_at_ms)
 
-    def _route_attribution(self, attributed: Attributed) -> None:
-        """Emit an attribution, count it against the evidence nodes, and close the run's exposure."""
-        attribution = attributed.attribution
-        self._emitted.attributions.append(attribution)
-        for node in attribution.evidence_nodes:
-            self._lemons.record(node, "hw_failures", attribution.end_ms)
-        if attributed.incident is not None:
-            self._emitted.incidents.append(attributed.incident)
-        self._emitted.mttf.extend(
-            self._exposure.run_ended(
-                attributed.run, attribution.end_ms, attributed.state, hardware_failure=attribution.hardware
-            )
+    def _decided(self, decided: Decided) -> None:
+        """A failed run's attribution window passed: its evidence on this core's nodes counts for
+        the lemon statistics, and goes to the fleet stage, which attributes the run once."""
+        run = decided.run
+        evidence = tuple(e for e in decided.evidence if self._mine(e.node))
+        for node in sorted({e.node for e in evidence}):
+            self._signal(node, "hw_failures", decided.end_ms)
+        part = JobPart(
+            cluster=run.cluster,
+            job_id=run.job_id,
+            start_ms=run.start_ms,
+            end_ms=decided.end_ms,
+            state=decided.state,
+            nodes=run.nodes,
+            gpus=run.gpus,
+            covered=tuple(node for node in run.nodes if self._mine(node)),
+            evidence=evidence,
         )
+        if self.fleet is not None:
+            self.fleet.add_job(part)
+        else:
+            self._emitted.job_parts.append(part)

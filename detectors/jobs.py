@@ -6,8 +6,8 @@ events of the nodes (:class:`~detectors.attribution.NodeEvidenceLog`), and a run
 FAILED or NODE_FAIL waits until the event-time watermark has passed ``end + after``; then it is
 attributed (SPEC 4.4), so the verdict never depends on how fast the evidence arrived.
 
-The tracker only decides. The detection core routes what it decided to the outputs, to the lemon
-statistics and to the MTTF exposure (:mod:`detectors.exposure`).
+The tracker only finds the evidence. The detection core hands each decided run to the fleet stage
+(:mod:`detectors.fleet`), which joins the evidence of all the run's nodes and attributes it once.
 """
 
 from __future__ import annotations
@@ -17,12 +17,10 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from detectors.attribution import HardwareEvent, NodeEvidenceLog
-from detectors.incidents import incident_id
 from detectors.mttf import SizeBuckets
-from schemas.outputs import Incident, IncidentKind, IncidentStatus, JobAttribution, Severity
 from schemas.records import JobEvent, JobState
 
-__all__ = ["Attributed", "JobRun", "JobTracker", "RunEnd"]
+__all__ = ["Decided", "JobRun", "JobTracker", "RunEnd"]
 
 
 @dataclass(slots=True)
@@ -59,13 +57,15 @@ class RunEnd:
 
 
 @dataclass(frozen=True, slots=True)
-class Attributed:
-    """A failed run once attributed: the attribution row, and the incident when hardware killed it."""
+class Decided:
+    """A failed run whose attribution window has passed, with the hardware evidence of the nodes
+    this tracker saw (the fleet stage, :mod:`detectors.fleet`, joins the evidence of all of the
+    run's nodes and attributes it once)."""
 
     run: JobRun
     state: JobState
-    attribution: JobAttribution
-    incident: Incident | None
+    end_ms: int
+    evidence: tuple[HardwareEvent, ...]
 
 
 class JobTracker:
@@ -84,6 +84,7 @@ class JobTracker:
 
     Examples
     --------
+    >>> from schemas.outputs import IncidentKind
     >>> jobs = JobTracker(attribution_before_ms=600_000, attribution_after_ms=300_000,
     ...                   allowed_lateness_ms=300_000, gpus_per_node=8, size_buckets=SizeBuckets())
     >>> run = jobs.start(JobEvent(ts_ms=0, cluster="c", job_id="7", state=JobState.RUNNING, nodes=("n1",)))
@@ -93,8 +94,8 @@ class JobTracker:
     >>> jobs.end(JobEvent(ts_ms=3_600_000, cluster="c", job_id="7", state=JobState.FAILED)).decide_at_ms
     3900000
     >>> [decided] = jobs.decide_due(before_ms=4_000_000)
-    >>> decided.attribution.hardware, decided.attribution.evidence_xids, decided.incident.kind.value
-    (True, (79,), 'job_hw_failure')
+    >>> decided.state.value, [(e.node, e.xid) for e in decided.evidence]
+    ('FAILED', [('n1', 79)])
     """
 
     def __init__(
@@ -187,7 +188,7 @@ class JobTracker:
         heapq.heappush(self._pending, (decide_at, self._sequence, run, event))
         return RunEnd(run, end, decide_at)
 
-    def decide_due(self, before_ms: int) -> list[Attributed]:
+    def decide_due(self, before_ms: int) -> list[Decided]:
         """Attribute the failed runs whose decision time is before ``before_ms``, in that order."""
         decided = []
         while self._pending and self._pending[0][0] < before_ms:
@@ -195,7 +196,7 @@ class JobTracker:
             decided.append(self._decide(run, event))
         return decided
 
-    def decide_all(self) -> list[Attributed]:
+    def decide_all(self) -> list[Decided]:
         """End of input: attribute every pending failed run, in decision-time order."""
         decided = []
         while self._pending:
@@ -207,76 +208,9 @@ class JobTracker:
         gpus = event.gpus or max(len(event.nodes), 1) * self.gpus_per_node
         return JobRun(event.cluster, event.job_id, start_ms, event.nodes, gpus)
 
-    def _decide(self, run: JobRun, event: JobEvent) -> Attributed:
+    def _decide(self, run: JobRun, event: JobEvent) -> Decided:
         end = event.end_ms if event.end_ms is not None else event.ts_ms
         evidence = self._evidence.between(
             run.nodes, end - self.attribution_before_ms, end + self.attribution_after_ms
         )
-        hardware = bool(evidence)
-        inc_id = (
-            incident_id(run.cluster, IncidentKind.JOB_HW_FAILURE, f"job/{run.job_id}", end)
-            if hardware
-            else ""
-        )
-        nodes = tuple(sorted({e.node for e in evidence}))
-        attribution = JobAttribution(
-            cluster=run.cluster,
-            job_id=run.job_id,
-            state=event.state.value,
-            start_ms=run.start_ms,
-            end_ms=end,
-            num_nodes=len(run.nodes),
-            gpus=run.gpus,
-            size_bucket=self.size_buckets.label(run.gpus),
-            hardware=hardware,
-            evidence_nodes=nodes,
-            evidence_xids=tuple(sorted({e.xid for e in evidence if e.xid is not None})),
-            evidence_kinds=tuple(sorted({e.kind for e in evidence})),
-            incident_id=inc_id,
-        )
-        incident = self._job_incident(run, event, attribution, evidence) if hardware else None
-        return Attributed(run, event.state, attribution, incident)
-
-    def _job_incident(
-        self, run: JobRun, event: JobEvent, attribution: JobAttribution, evidence: list[HardwareEvent]
-    ) -> Incident:
-        first = evidence[0]
-        codes = ", ".join(f"XID {x}" for x in attribution.evidence_xids) or ", ".join(
-            attribution.evidence_kinds
-        )
-        summary = (
-            f"[warn] Job {run.job_id} ({run.gpus} GPUs on {len(run.nodes)} nodes) ended {event.state.value} "
-            f"after {attribution.gpu_hours:.1f} GPU-hours; hardware evidence on "
-            f"{', '.join(attribution.evidence_nodes)}"
-            f" ({codes}). Action: requeue the job away from the evidence nodes"
-        )
-        return Incident(
-            incident_id=attribution.incident_id,
-            kind=IncidentKind.JOB_HW_FAILURE,
-            severity=Severity.WARN,
-            status=IncidentStatus.RESOLVED,
-            cluster=run.cluster,
-            node=first.node,
-            gpu=first.gpu,
-            first_evidence_ms=first.ts_ms,
-            last_evidence_ms=max(evidence[-1].ts_ms, attribution.end_ms),
-            detected_ms=attribution.end_ms + self.attribution_after_ms,
-            detector="job_attribution",
-            score=1.0,
-            action="requeue away from the evidence nodes; the node incidents carry the hardware action",
-            summary=summary,
-            evidence={
-                "job_id": run.job_id,
-                "state": event.state.value,
-                "gpus": run.gpus,
-                "nodes": list(run.nodes[:64]),
-                "num_nodes": len(run.nodes),
-                "gpu_hours_lost": round(attribution.gpu_hours, 3),
-                "hardware_events": [
-                    {"ts": e.ts_ms, "node": e.node, "gpu": e.gpu, "kind": e.kind, "xid": e.xid}
-                    for e in evidence[:20]
-                ],
-            },
-            evidence_count=len(evidence),
-            version=3,
-        )
+        return Decided(run, event.state, end, tuple(evidence))

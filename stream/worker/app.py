@@ -165,6 +165,7 @@ def build_app(settings: Settings, security: KafkaSecurity | None = None) -> faus
 
     @app.timer(interval=max(min(settings.worker_flush_seconds / 2, publish_every), 0.1))
     async def tick() -> None:
+        await runtime.refresh()  # broker requests, without holding the agent up
         async with runtime.lock:
             try:
                 await runtime.tick()

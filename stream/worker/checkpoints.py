@@ -37,8 +37,9 @@ __all__ = ["CheckpointError", "CheckpointTopic", "PartitionCheckpoint", "decode"
 _log = logging.getLogger("faultstream.checkpoints")
 
 #: Bumped whenever the pickled layout or a pickled class's module changes; an older checkpoint is
-#: then refused loudly. 2: the layout by concept (stream.worker.*, detectors split).
-FORMAT = 2
+#: then refused loudly. 2: the layout by concept (stream.worker.*, detectors split); 3: the fleet
+#: stage (detectors.fleet) inside the core.
+FORMAT = 3
 _HEADER = b"faultstream-checkpoint/"
 
 HeldRecord = tuple[str, int, XidEvent | EccSample | JobEvent]
@@ -68,7 +69,7 @@ def encode(checkpoint: PartitionCheckpoint) -> bytes:
     >>> from detectors.core import CoreConfig
     >>> blob = encode(PartitionCheckpoint(3, {"xid": 41}, DetectionCore(CoreConfig())))
     >>> blob.split(b"\\n", 1)[0]
-    b'faultstream-checkpoint/2'
+    b'faultstream-checkpoint/3'
     >>> decode(blob).offsets
     {'xid': 41}
     """
@@ -82,7 +83,7 @@ def decode(blob: bytes) -> PartitionCheckpoint:
     if not header.startswith(_HEADER):
         raise CheckpointError(
             "unreadable checkpoint (no faultstream-checkpoint header: written by faultstream before "
-            f"checkpoint format {FORMAT}, or not a checkpoint); delete the checkpoint topic to start the "
+            "checkpoint format 2, or not a checkpoint); delete the checkpoint topic to start the "
             "detectors afresh"
         )
     version = header.removeprefix(_HEADER).decode("ascii", "replace")

@@ -44,6 +44,8 @@ class PartitionWorker:
     last_commit: float = field(default_factory=time.monotonic)
     #: When the incident updates of the partition were last published (at a commit point or sooner).
     last_publish: float = field(default_factory=time.monotonic)
+    #: Whether the partition was behind a backlog when last looked at (it commits on catching up).
+    behind: bool = False
 
     @classmethod
     def start(

@@ -75,10 +75,9 @@ def test_job_tracker_attributes_a_failure_once_the_window_has_passed():
     assert ended is not None and ended.decide_at_ms == end + 5 * MINUTE_MS
     assert tracker.next_decision_ms == end + 5 * MINUTE_MS
     assert tracker.decide_due(before_ms=end + 5 * MINUTE_MS) == []  # evidence may still come
-    [attributed] = tracker.decide_due(before_ms=end + 5 * MINUTE_MS + 1)
-    assert attributed.attribution.hardware and attributed.attribution.evidence_nodes == ("n2",)
-    assert attributed.attribution.evidence_kinds == (IncidentKind.GPU_MEMORY,)
-    assert attributed.incident is not None and attributed.incident.kind is IncidentKind.JOB_HW_FAILURE
+    [decided] = tracker.decide_due(before_ms=end + 5 * MINUTE_MS + 1)
+    assert decided.state is JobState.NODE_FAIL and decided.end_ms == end
+    assert [(e.node, e.kind) for e in decided.evidence] == [("n2", IncidentKind.GPU_MEMORY)]
     assert tracker.next_decision_ms is None
 
 

@@ -40,6 +40,16 @@ class FakeConsumer:
         return {tp: self.log_start for tp in tps}
 
 
+class FakeBroker:
+    """The runtime's own broker queries, answered by the fake consumer's highwaters."""
+
+    def __init__(self, consumer: FakeConsumer) -> None:
+        self.consumer = consumer
+
+    async def end_offsets(self, partitions: Any) -> dict[Any, int]:
+        return await self.consumer.highwaters(*partitions)
+
+
 class FakeApp:
     rebalancing = False
 
@@ -60,13 +70,21 @@ def make_runtime() -> tuple[WorkerRuntime, FakeApp]:
         kinds={"t.ecc": "ecc"}, jobs="t.jobs", jobs_by_node=None, incidents=None, dead_letters=None
     )
     settings = Settings.from_env(kafka_bootstrap="127.0.0.1:1")
-    return WorkerRuntime(app, settings, topics, sink=None, metrics=WorkerMetrics()), app  # type: ignore[arg-type]
+    runtime = WorkerRuntime(app, settings, topics, sink=None, metrics=WorkerMetrics())  # type: ignore[arg-type]
+    runtime.broker = FakeBroker(app.consumer)  # type: ignore[assignment]
+    return runtime, app
 
 
 def look(runtime: WorkerRuntime, clock: list[float]) -> None:
-    """One stall check, a stall period after the previous one."""
+    """One stall check, a stall period after the previous one: the end offsets are fetched
+    (without the lock), then compared (under it)."""
     clock[0] += STALL_SECONDS
-    asyncio.run(runtime._watch_for_stalls())
+
+    async def check() -> None:
+        await runtime._fetch_stall_ends()
+        await runtime._watch_for_stalls()
+
+    asyncio.run(check())
 
 
 def test_a_silent_partition_is_put_back_and_read_again_then_the_worker_stops(clock: list[float]) -> None:

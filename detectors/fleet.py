@@ -1,0 +1,440 @@
+"""The fleet stage: what needs the whole fleet, decided once, at event times that do not depend on
+how the nodes are partitioned (SPEC 5, 7).
+
+A detection core (:class:`detectors.core.DetectionCore`) judges the nodes it owns. Three things
+need more than one node's records, and a core that owns a quarter of the fleet must not judge
+them on its own quarter:
+
+* **lemon verdicts** compare each node's signals with the fleet's (:mod:`detectors.lemon`);
+* **the storm baseline**: the fleet's usual XID burst, which a storm must exceed
+  (:mod:`detectors.xid_burst`);
+* **one verdict per job**: a failed job whose nodes sit with several cores is attributed once,
+  with the hardware evidence of all its nodes (:mod:`detectors.jobs`).
+
+Cores hand the stage :class:`FleetFact` records (a node seen, a lemon signal, a finished burst's
+peak), :class:`JobPart` records (a failed run with the evidence of the core's nodes) and their
+*horizon*: an event time before which they will hand over no more facts. The stage applies facts
+in one canonical order (by event time, then content), never in arrival order, and decides an
+instant only once every core's horizon has passed it:
+
+* the lemon verdict at instant ``T`` (every ``evaluate_every_ms``) counts the signals with event
+  time before ``T``;
+* the storm baseline of period ``k`` (``baseline_period_ms`` long) is the 99th percentile of the
+  peaks that finished before period ``k - 1`` began — the day before yesterday's, with the default
+  period — exact, from the multiset of peaks;
+* a job is attributed when the parts of all its nodes are in.
+
+So one core owning every node (the embedded replay) and eight cores in four workers decide the
+same, by construction. The stage is pure, like the cores: the embedded core drives one in
+process; the Kafka worker runs one behind a single-partition fleet topic.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from detectors.attribution import HardwareEvent
+from detectors.exposure import ExposureTracker
+from detectors.incidents import EvidenceItem, Finding, IncidentTracker, incident_id
+from detectors.jobs import JobRun
+from detectors.lemon import LemonConfig, LemonTracker
+from detectors.mttf import SizeBuckets
+from schemas.outputs import (
+    Incident,
+    IncidentKind,
+    IncidentStatus,
+    JobAttribution,
+    MttfPartial,
+    Severity,
+)
+from schemas.records import JobState
+from schemas.timeutil import DAY_MS
+
+__all__ = ["FleetConfig", "FleetCore", "FleetFact", "FleetOutput", "JobPart", "exact_quantile"]
+
+#: Kinds of :class:`FleetFact`, in the order facts of one instant are applied.
+SEEN, SIGNAL, FAILED_JOB, PEAK = "seen", "signal", "failed_job", "peak"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class FleetFact:
+    """One fact a core hands the fleet stage; ordered canonically (time first, then content).
+
+    Attributes
+    ----------
+    ts_ms
+        Event time of the fact.
+    kind
+        ``seen`` (``node`` of ``cluster`` is part of the fleet), ``signal`` (one lemon signal
+        ``name`` on ``node``; ``key``: the job of a ``job_runs`` signal), ``failed_job`` (job
+        ``key`` failed on ``node``) or ``peak`` (a burst of GPU ``key`` on ``node`` finished,
+        having peaked at ``value`` window counts).
+
+    Two equal facts are one fact handed over twice (a core restarted from a checkpoint repeats
+    what it handed over since): the stage keeps one.
+    """
+
+    ts_ms: int
+    kind: str
+    node: str = ""
+    name: str = ""
+    key: str = ""
+    value: int = 0
+    cluster: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class JobPart:
+    """A failed run as one core saw it: the run, and the hardware evidence on the core's nodes.
+
+    ``covered`` lists the run's nodes the core owns; the stage decides once the parts it has
+    cover every node of the run.
+    """
+
+    cluster: str
+    job_id: str
+    start_ms: int
+    end_ms: int
+    state: JobState
+    nodes: tuple[str, ...]
+    gpus: int
+    covered: tuple[str, ...]
+    evidence: tuple[HardwareEvent, ...]
+
+    @property
+    def run_key(self) -> tuple[str, str, int, int]:
+        return (self.cluster, self.job_id, self.start_ms, self.end_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetConfig:
+    """Tunables of the fleet stage (the detection core's config carries them).
+
+    Attributes
+    ----------
+    lemon
+        Lemon-node detection.
+    baseline_period_ms
+        Period of the storm baseline; a period uses the peaks finished before the previous one.
+    baseline_quantile
+        Quantile of finished burst peaks that is the fleet's usual burst.
+    attribution_before_ms, attribution_after_ms
+        The attribution window around a failed job's end (as the cores use it).
+    windows_s, size_buckets
+        MTTF windows and job-size buckets, for the final rows of attributed runs.
+    quiet_period_ms
+        Quiet period that resolves a lemon incident.
+    """
+
+    lemon: LemonConfig = field(default_factory=LemonConfig)
+    baseline_period_ms: int = DAY_MS
+    baseline_quantile: float = 0.99
+    attribution_before_ms: int = 10 * 60_000
+    attribution_after_ms: int = 5 * 60_000
+    windows_s: tuple[int, ...] = (3600, 86400)
+    size_buckets: SizeBuckets = field(default_factory=SizeBuckets)
+    quiet_period_ms: int = 3 * DAY_MS
+
+
+@dataclass(slots=True)
+class FleetOutput:
+    """What the stage decided since the last :meth:`FleetCore.drain`."""
+
+    incidents: list[Incident] = field(default_factory=list)
+    attributions: list[JobAttribution] = field(default_factory=list)
+    mttf: list[MttfPartial] = field(default_factory=list)
+    #: Storm baselines: period start (ms) -> the fleet's usual burst from then on.
+    baselines: dict[int, float] = field(default_factory=dict)
+
+
+def exact_quantile(sorted_values: list[int], q: float) -> float:
+    """Nearest-rank quantile of already sorted values; 0.0 when there are none.
+
+    >>> exact_quantile([1, 2, 3, 4], 0.5), exact_quantile([5, 9, 30], 0.99), exact_quantile([], 0.9)
+    (2.0, 30.0, 0.0)
+    """
+    if not sorted_values:
+        return 0.0
+    rank = max(math.ceil(q * len(sorted_values)), 1)
+    return float(sorted_values[rank - 1])
+
+
+class FleetCore:
+    """The fleet stage over ``partitions`` cores (numbered 0 to ``partitions - 1``).
+
+    Examples
+    --------
+    Two cores, one per half of the fleet; nothing is decided before both horizons pass:
+
+    >>> fleet = FleetCore(FleetConfig(baseline_period_ms=10), partitions=2)
+    >>> fleet.add(0, [FleetFact(3, PEAK, value=40)])
+    >>> fleet.advance(0, 25)
+    >>> fleet.drain().baselines
+    {}
+    >>> fleet.advance(1, 25)
+    >>> fleet.drain().baselines    # from 20 on: the peaks finished before 10, and so on
+    {10: 0.0, 20: 40.0, 30: 40.0}
+    >>> fleet.baseline(0), fleet.baseline(20), fleet.baseline(40)
+    (0.0, 40.0, None)
+    """
+
+    def __init__(self, config: FleetConfig, partitions: int = 1) -> None:
+        self.config = config
+        self.partitions = partitions
+        self._horizons: dict[int, int] = {}
+        self._idle: set[int] = set()
+        self._pending: list[FleetFact] = []  # a heap: facts not applied yet
+        self._queued: set[FleetFact] = set()  # the same, to drop repeats
+        self._applied_to: int | None = None  # every fact before this time is applied
+        self._lemons = LemonTracker(config.lemon)
+        self._cluster_of: dict[str, str] = {}
+        self._incidents = IncidentTracker(
+            config.quiet_period_ms, {IncidentKind.LEMON_NODE: config.quiet_period_ms}
+        )
+        self._next_lemon_ms: int | None = None
+        self._peaks: list[int] = []  # finished peaks applied so far, sorted
+        self._next_boundary_ms: int | None = None
+        self._first_boundary_ms: int | None = None
+        self._baselines: dict[int, float] = {}
+        self._parts: dict[tuple[str, str, int, int], list[JobPart]] = {}
+        self._decided: dict[tuple[str, str, int, int], int] = {}  # run -> end, to drop repeats
+        self._exposure = ExposureTracker(config.windows_s, config.size_buckets)
+        self._out = FleetOutput()
+
+    # -- input ---------------------------------------------------------------------------------
+
+    def add(self, partition: int, facts: Iterable[FleetFact]) -> None:
+        """Facts from core ``partition``; those before the applied horizon are repeats (a core
+        that restarted from a checkpoint hands over again what it had handed over)."""
+        self._idle.discard(partition)
+        for fact in facts:
+            if (self._applied_to is None or fact.ts_ms >= self._applied_to) and fact not in self._queued:
+                self._queued.add(fact)
+                heapq.heappush(self._pending, fact)
+
+    def add_job(self, part: JobPart) -> None:
+        """A failed run's part; attributed once the parts cover all its nodes."""
+        key = part.run_key
+        if key in self._decided:
+            return
+        parts = self._parts.setdefault(key, [])
+        if any(p.covered == part.covered for p in parts):
+            return  # the same part again
+        parts.append(part)
+        covered = {node for p in parts for node in p.covered}
+        if covered.issuperset(part.nodes):
+            del self._parts[key]
+            self._decided[key] = part.end_ms
+            self._attribute(parts)
+
+    def advance(self, partition: int, horizon_ms: int) -> None:
+        """Core ``partition`` hands over no more facts before ``horizon_ms``."""
+        self._idle.discard(partition)
+        if horizon_ms > self._horizons.get(partition, -(2**62)):
+            self._horizons[partition] = horizon_ms
+        self._run_to(self.horizon_ms)
+
+    def idle(self, partition: int) -> None:
+        """Core ``partition`` has nothing to read: the stage does not wait for it until it hands
+        over facts again (facts it then sends before the horizon are late and dropped)."""
+        self._idle.add(partition)
+        self._run_to(self.horizon_ms)
+
+    @property
+    def horizon_ms(self) -> int | None:
+        """Event time before which every core's facts are in; None while a core is unheard of."""
+        waiting = [p for p in range(self.partitions) if p not in self._idle]
+        if not waiting:
+            return max(self._horizons.values(), default=None)
+        if any(p not in self._horizons for p in waiting):
+            return None
+        return min(self._horizons[p] for p in waiting)
+
+    def baseline(self, period_start_ms: int) -> float | None:
+        """The storm baseline from ``period_start_ms`` on; None until it is decided (0.0 for the
+        first two periods of the fleet's history: no burst had finished before them)."""
+        if self._first_boundary_ms is not None and period_start_ms <= self._first_boundary_ms + (
+            self.config.baseline_period_ms
+        ):
+            return self._baselines.get(period_start_ms, 0.0)
+        return self._baselines.get(period_start_ms)
+
+    @property
+    def next_instant_ms(self) -> int | None:
+        """The next event time at which the stage decides something (None before any horizon)."""
+        if self._next_lemon_ms is None or self._next_boundary_ms is None:
+            return None
+        return min(self._next_lemon_ms, self._next_boundary_ms)
+
+    def drain(self) -> FleetOutput:
+        """Return and forget what was decided since the previous call."""
+        out, self._out = self._out, FleetOutput()
+        return out
+
+    # -- time ----------------------------------------------------------------------------------
+
+    def _run_to(self, horizon: int | None) -> None:
+        if horizon is None or (self._applied_to is not None and horizon <= self._applied_to):
+            return
+        period = self.config.baseline_period_ms
+        every = self.config.lemon.evaluate_every_ms
+        if self._applied_to is None:
+            first = self._pending[0].ts_ms if self._pending else horizon
+            self._next_lemon_ms = first - first % every + every
+            self._next_boundary_ms = first - first % period
+        assert self._next_lemon_ms is not None and self._next_boundary_ms is not None
+        # Instants in event-time order: a baseline boundary, then a lemon evaluation, each after
+        # the facts before it.
+        while True:
+            instant = min(self._next_lemon_ms, self._next_boundary_ms)
+            if instant >= horizon:
+                break
+            self._apply_before(instant)
+            if instant == self._next_boundary_ms:
+                # The peaks finished before boundary b make the baseline of the period after the
+                # next (from b + period): a core needs it only once the fleet's horizon passed b.
+                if self._first_boundary_ms is None:
+                    self._first_boundary_ms = instant
+                value = exact_quantile(self._peaks, self.config.baseline_quantile)
+                self._baselines[instant + period] = self._out.baselines[instant + period] = value
+                self._next_boundary_ms = instant + period
+                # A core restarted from its last checkpoint repeats recent decisions only.
+                self._decided = {k: end for k, end in self._decided.items() if end >= instant - 2 * period}
+            else:
+                self._out.incidents.extend(self._incidents.resolve_idle(instant))
+                self._evaluate_lemons(instant)
+                self._next_lemon_ms = instant + every
+        self._apply_before(horizon)
+        self._applied_to = horizon
+
+    def _apply_before(self, instant: int) -> None:
+        pending = self._pending
+        while pending and pending[0].ts_ms < instant:
+            fact = heapq.heappop(pending)
+            self._queued.discard(fact)
+            self._apply(fact)
+
+    def _apply(self, fact: FleetFact) -> None:
+        if fact.kind == SEEN:
+            self._cluster_of.setdefault(fact.node, fact.cluster)
+            self._lemons.see_node(fact.node, fact.ts_ms)
+        elif fact.kind == SIGNAL:
+            if fact.name == "xid_days":
+                self._lemons.record_xid(fact.node, fact.ts_ms)
+            else:
+                self._lemons.record(fact.node, fact.name, fact.ts_ms)
+        elif fact.kind == FAILED_JOB:
+            self._lemons.record_failed_job(fact.node, fact.key, fact.ts_ms)
+        elif fact.kind == PEAK:
+            bisect.insort(self._peaks, fact.value)
+
+    def _evaluate_lemons(self, now: int) -> None:
+        for verdict in self._lemons.evaluate(now):
+            crossed = ", ".join(
+                f"{name} {verdict.counts[name]} where {verdict.expected[name]:.2g} is usual"
+                for name in verdict.crossed
+            )
+            self._out.incidents.extend(
+                self._incidents.observe(
+                    Finding(
+                        cluster=self._cluster_of.get(verdict.node, ""),
+                        kind=IncidentKind.LEMON_NODE,
+                        node=verdict.node,
+                        severity=Severity.WARN,
+                        detector="lemon_fleet",
+                        score=verdict.score,
+                        action="drain the node and run full diagnostics; replace parts or retire it if they "
+                        "fail",
+                        title=f"Lemon node: signals far above the fleet over "
+                        f"{self.config.lemon.window_ms // DAY_MS} d"
+                        f" ({crossed or 'combined'})",
+                        evidence=EvidenceItem(
+                            now, counter_deltas=tuple(sorted(verdict.counts.items())), jobs=verdict.jobs_hurt
+                        ),
+                    )
+                )
+            )
+
+    # -- jobs ----------------------------------------------------------------------------------
+
+    def _attribute(self, parts: list[JobPart]) -> None:
+        part = parts[0]
+        evidence = sorted(
+            {e for p in parts for e in p.evidence}, key=lambda e: (e.ts_ms, e.node, e.gpu, e.kind, e.xid or 0)
+        )
+        hardware = bool(evidence)
+        run = JobRun(part.cluster, part.job_id, part.start_ms, part.nodes, part.gpus)
+        buckets = self.config.size_buckets
+        attribution = JobAttribution(
+            cluster=run.cluster,
+            job_id=run.job_id,
+            state=part.state.value,
+            start_ms=run.start_ms,
+            end_ms=part.end_ms,
+            num_nodes=len(run.nodes),
+            gpus=run.gpus,
+            size_bucket=buckets.label(run.gpus),
+            hardware=hardware,
+            evidence_nodes=tuple(sorted({e.node for e in evidence})),
+            evidence_xids=tuple(sorted({e.xid for e in evidence if e.xid is not None})),
+            evidence_kinds=tuple(sorted({e.kind for e in evidence})),
+            incident_id=(
+                incident_id(run.cluster, IncidentKind.JOB_HW_FAILURE, f"job/{run.job_id}", part.end_ms)
+                if hardware
+                else ""
+            ),
+        )
+        self._out.attributions.append(attribution)
+        if hardware:
+            self._out.incidents.append(self._job_incident(run, part, attribution, evidence))
+        self._out.mttf.extend(
+            self._exposure.run_ended(run, part.end_ms, part.state, hardware_failure=hardware)
+        )
+
+    def _job_incident(
+        self, run: JobRun, part: JobPart, attribution: JobAttribution, evidence: list[HardwareEvent]
+    ) -> Incident:
+        first = evidence[0]
+        codes = ", ".join(f"XID {x}" for x in attribution.evidence_xids) or ", ".join(
+            attribution.evidence_kinds
+        )
+        summary = (
+            f"[warn] Job {run.job_id} ({run.gpus} GPUs on {len(run.nodes)} nodes) ended {part.state.value} "
+            f"after {attribution.gpu_hours:.1f} GPU-hours; hardware evidence on "
+            f"{', '.join(attribution.evidence_nodes)}"
+            f" ({codes}). Action: requeue the job away from the evidence nodes"
+        )
+        return Incident(
+            incident_id=attribution.incident_id,
+            kind=IncidentKind.JOB_HW_FAILURE,
+            severity=Severity.WARN,
+            status=IncidentStatus.RESOLVED,
+            cluster=run.cluster,
+            node=first.node,
+            gpu=first.gpu,
+            first_evidence_ms=first.ts_ms,
+            last_evidence_ms=max(evidence[-1].ts_ms, attribution.end_ms),
+            detected_ms=attribution.end_ms + self.config.attribution_after_ms,
+            detector="job_attribution",
+            score=1.0,
+            action="requeue away from the evidence nodes; the node incidents carry the hardware action",
+            summary=summary,
+            evidence={
+                "job_id": run.job_id,
+                "state": part.state.value,
+                "gpus": run.gpus,
+                "nodes": list(run.nodes[:64]),
+                "num_nodes": len(run.nodes),
+                "gpu_hours_lost": round(attribution.gpu_hours, 3),
+                "hardware_events": [
+                    {"ts": e.ts_ms, "node": e.node, "gpu": e.gpu, "kind": e.kind, "xid": e.xid}
+                    for e in evidence[:20]
+                ],
+            },
+            evidence_count=len(evidence),
+            version=3,
+        )

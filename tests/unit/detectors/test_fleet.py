@@ -1,0 +1,274 @@
+"""The fleet stage: cores that each own part of the fleet, plus one stage, decide exactly what one
+core owning every node decides — whatever the partitioning and the order the cores run in.
+
+The records come from the project's simulator (real file formats, parsed by the real parsers).
+Each record goes to the core that owns its node; a job goes to every core owning one of its
+nodes (what the worker's re-keying does). The cores run in a random interleaving, each handing
+its facts, failed runs and horizon to the stage and learning the storm baselines back — the
+protocol the Kafka worker speaks over its fleet topic.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from detectors.core import CoreConfig, DetectionCore, Emitted
+from detectors.fleet import PEAK, FleetConfig, FleetCore, FleetFact, JobPart, exact_quantile
+from detectors.lemon import LemonConfig
+from schemas.outputs import IncidentKind
+from schemas.records import EccSample, JobEvent, Record, XidEvent
+from schemas.timeutil import DAY_MS, HOUR_MS
+from stream.inputs.files import MergedInputs
+from stream.inputs.parsers.options import ParseOptions
+from stream.simulator import simulate
+from stream.simulator.config import SimulationConfig
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "sim-48x14" / "logs"
+
+
+@dataclass
+class Outcome:
+    """What a run decided, as ClickHouse keeps it (the highest version of each row)."""
+
+    incidents: dict[str, Any]
+    attributions: dict[tuple[str, str, int, int], Any]
+    mttf: dict[tuple[Any, ...], Any]
+
+    @classmethod
+    def empty(cls) -> Outcome:
+        return cls({}, {}, {})
+
+    def add(self, emitted: Emitted) -> None:
+        for incident in emitted.incidents:
+            known = self.incidents.get(incident.incident_id)
+            if known is None or incident.version >= known.version:
+                self.incidents[incident.incident_id] = incident
+        for a in emitted.attributions:
+            key = (a.cluster, a.job_id, a.start_ms, a.end_ms)
+            assert key not in self.attributions, f"job {a.job_id} attributed twice"
+            self.attributions[key] = a
+        for row in emitted.mttf:
+            key = (
+                row.window_seconds,
+                row.window_start_ms,
+                row.cluster,
+                row.size_bucket,
+                row.job_id,
+                row.run_start_ms,
+            )
+            known = self.mttf.get(key)
+            if known is None or row.version >= known.version:
+                self.mttf[key] = row
+
+    def incident_facts(self) -> list[tuple[Any, ...]]:
+        return sorted(
+            (i.incident_id, i.kind.value, i.severity.value, i.status.value, i.node, i.gpu, i.first_evidence_ms,
+             i.last_evidence_ms, i.evidence_count)
+            for i in self.incidents.values()
+        )  # fmt: skip
+
+    def mttf_sums(self) -> dict[tuple[int, str], tuple[float, int, int, int]]:
+        sums: dict[tuple[int, str], list[float]] = {}
+        for row in self.mttf.values():
+            s = sums.setdefault((row.window_seconds, row.size_bucket), [0.0, 0, 0, 0])
+            s[0] += row.gpu_hours
+            s[1] += row.jobs_ended
+            s[2] += row.jobs_failed
+            s[3] += row.failures
+        return {k: (round(v[0], 6), int(v[1]), int(v[2]), int(v[3])) for k, v in sums.items()}
+
+
+def records_of(folder: Path) -> list[Record]:
+    inputs = MergedInputs([folder], ParseOptions(year=2024), None, 5 * 60_000)
+    return [item for item, _ in inputs if isinstance(item, XidEvent | EccSample | JobEvent)]
+
+
+def partition_of(node: str, partitions: int) -> int:
+    return zlib.crc32(node.encode()) % partitions
+
+
+class Owner:
+    """A picklable ownership predicate, like the worker's."""
+
+    def __init__(self, partition: int, partitions: int) -> None:
+        self.partition, self.partitions = partition, partitions
+
+    def __call__(self, node: str) -> bool:
+        return partition_of(node, self.partitions) == self.partition
+
+
+def config() -> CoreConfig:
+    # A shorter lemon history so that verdicts happen on short simulations too.
+    return CoreConfig(lemon=LemonConfig(min_history_ms=3 * DAY_MS))
+
+
+def embedded(records: list[Record]) -> Outcome:
+    core = DetectionCore(config())
+    out = Outcome.empty()
+    for record in records:
+        core.process(record)
+        out.add(core.drain())
+    out.add(core.finish())
+    return out
+
+
+def partitioned(records: list[Record], partitions: int, seed: int) -> Outcome:
+    """``partitions`` cores and one fleet stage, run in a random interleaving; now and then a core
+    hands over its previous facts and failed runs again."""
+    cores = [DetectionCore(config(), owns=Owner(p, partitions), local_fleet=False) for p in range(partitions)]
+    fleet = FleetCore(config().fleet_config(), partitions=partitions)
+    queues: list[list[Record]] = [[] for _ in range(partitions)]
+    for record in records:
+        if isinstance(record, JobEvent):
+            for p in sorted({partition_of(node, partitions) for node in record.nodes}):
+                queues[p].append(record)
+        else:
+            queues[partition_of(record.node, partitions)].append(record)
+    out = Outcome.empty()
+    rng = random.Random(seed)
+    positions = [0] * partitions
+
+    sent: list[tuple[list[FleetFact], list[JobPart]]] = [([], []) for _ in range(partitions)]
+
+    def hand_over(p: int) -> None:
+        emitted = cores[p].drain()
+        if rng.random() < 0.2:  # what a core restarted from its checkpoint does: repeat itself
+            fleet.add(p, sent[p][0])
+            for part in sent[p][1]:
+                fleet.add_job(part)
+        sent[p] = (emitted.facts, emitted.job_parts)
+        fleet.add(p, emitted.facts)
+        for part in emitted.job_parts:
+            fleet.add_job(part)
+        out.add(emitted)
+        if emitted.fleet_horizon_ms is not None:
+            fleet.advance(p, emitted.fleet_horizon_ms)
+        if positions[p] == len(queues[p]):
+            fleet.idle(p)
+        decided = fleet.drain()
+        out.add(Emitted(incidents=decided.incidents, attributions=decided.attributions, mttf=decided.mttf))
+        for core in cores:
+            core.learn_baselines(decided.baselines)
+
+    while any(positions[p] < len(queues[p]) for p in range(partitions)):
+        live = [p for p in range(partitions) if positions[p] < len(queues[p])]
+        p = rng.choice(live)
+        for _ in range(rng.randint(1, 300)):
+            if positions[p] == len(queues[p]):
+                break
+            record = queues[p][positions[p]]
+            cores[p].advance(record.ts_ms)
+            if not cores[p].ready_for(record.ts_ms):
+                break  # waits for the other cores' horizons
+            cores[p].process(record)
+            positions[p] += 1
+        hand_over(p)
+    # End of input: every core finishes, then the stage stops waiting for any of them.
+    for p, core in enumerate(cores):
+        finished = core.finish()
+        fleet.add(p, finished.facts)
+        for part in finished.job_parts:
+            fleet.add_job(part)
+        out.add(finished)
+    for p in range(partitions):
+        fleet.idle(p)
+    decided = fleet.drain()
+    out.add(Emitted(incidents=decided.incidents, attributions=decided.attributions, mttf=decided.mttf))
+    return out
+
+
+@pytest.fixture(scope="module")
+def clusters(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Record]]:
+    """The bundled example and two simulated clusters (one with under a week of history)."""
+    found = {"example": records_of(EXAMPLE)}
+    for name, sim in {
+        "60 nodes x 20 days": SimulationConfig(nodes=60, days=20, seed=11, ecc_interval_minutes=720),
+        "120 nodes x 5 days": SimulationConfig(nodes=120, days=5, seed=12, ecc_interval_minutes=720),
+    }.items():
+        folder = tmp_path_factory.mktemp("sim")
+        simulate(sim, folder)
+        found[name] = records_of(folder)
+    return found
+
+
+@pytest.mark.parametrize("name", ["example", "60 nodes x 20 days", "120 nodes x 5 days"])
+@pytest.mark.parametrize(("partitions", "seed"), [(1, 1), (2, 2), (4, 3), (8, 4)])
+def test_partitioned_cores_and_the_fleet_stage_decide_what_one_core_decides(
+    clusters: dict[str, list[Record]], name: str, partitions: int, seed: int
+) -> None:
+    records = clusters[name]
+    one = embedded(records)
+    many = partitioned(records, partitions, seed)
+    assert many.incident_facts() == one.incident_facts()
+    assert many.attributions == one.attributions
+    assert many.mttf_sums() == one.mttf_sums()
+    assert one.incidents and one.attributions  # the comparison had something to compare
+
+
+def test_the_simulated_clusters_have_lemons_storms_and_cross_partition_jobs(
+    clusters: dict[str, list[Record]],
+) -> None:
+    """The equality above is worth something only if the fleet-wide decisions happen at all."""
+    kinds = {i.kind for i in embedded(clusters["60 nodes x 20 days"]).incidents.values()}
+    assert IncidentKind.LEMON_NODE in kinds
+    assert any(
+        isinstance(r, JobEvent) and len({partition_of(n, 4) for n in r.nodes}) > 1
+        for r in clusters["60 nodes x 20 days"]
+    )
+
+
+def test_a_lemon_is_judged_against_the_whole_fleet_not_its_partition() -> None:
+    """A node with a few hardware faults among 40 quiet nodes is a lemon; with its verdict taken on
+    the 10 nodes of its own partition (the old per-partition statistics) it would be judged
+    against a different baseline. The stage sees all 40 whichever core reports them."""
+    fleet = FleetCore(FleetConfig(lemon=LemonConfig(min_history_ms=DAY_MS, threshold=6.0)), partitions=4)
+    for p in range(4):
+        facts = [FleetFact(0, "seen", f"n{p}-{i}", cluster="c") for i in range(10)]
+        fleet.add(p, facts)
+    lemon = [FleetFact(day * DAY_MS + HOUR_MS, "signal", "n2-3", "hw_incidents") for day in range(4)]
+    lemon += [FleetFact(day * DAY_MS + HOUR_MS, "failed_job", "n2-3", key=f"job{day}") for day in range(4)]
+    fleet.add(2, lemon)
+    for p in range(3):
+        fleet.advance(p, 6 * DAY_MS)
+    assert fleet.drain().incidents == []  # core 3 has not said it is past day 5
+    fleet.advance(3, 6 * DAY_MS)
+    incidents = fleet.drain().incidents  # opened, then updated at each daily verdict
+    assert {(i.node, i.kind) for i in incidents} == {("n2-3", IncidentKind.LEMON_NODE)}
+    assert len({i.incident_id for i in incidents}) == 1
+
+
+def test_a_job_is_attributed_once_with_the_evidence_of_every_core() -> None:
+    from detectors.attribution import HardwareEvent
+    from schemas.records import JobState
+
+    fleet = FleetCore(FleetConfig(), partitions=2)
+    common = {"cluster": "c", "job_id": "7", "start_ms": 0, "end_ms": HOUR_MS, "state": JobState.FAILED,
+              "nodes": ("a", "b"), "gpus": 16}  # fmt: skip
+    fleet.add_job(JobPart(**common, covered=("a",), evidence=()))
+    assert fleet.drain().attributions == []  # b's core has not decided yet
+    evidence = HardwareEvent(HOUR_MS - 60_000, "b", "0000:07:00", IncidentKind.GPU_BUS, 79)
+    fleet.add_job(JobPart(**common, covered=("b",), evidence=(evidence,)))
+    fleet.add_job(JobPart(**common, covered=("b",), evidence=(evidence,)))  # a restarted core repeats it
+    decided = fleet.drain()
+    [attribution] = decided.attributions
+    assert attribution.hardware and attribution.evidence_nodes == ("b",)
+    assert [i.kind for i in decided.incidents] == [IncidentKind.JOB_HW_FAILURE]
+    for window_seconds in (3600, 86400):  # one failure in each window length's rows
+        assert sum(r.failures for r in decided.mttf if r.window_seconds == window_seconds) == 1
+
+
+def test_the_storm_baseline_is_an_exact_quantile_of_peaks_two_periods_back() -> None:
+    fleet = FleetCore(FleetConfig(baseline_period_ms=DAY_MS), partitions=1)
+    peaks = [FleetFact(HOUR_MS * h, PEAK, value=v) for h, v in ((1, 10), (2, 30), (30, 99))]
+    fleet.add(0, peaks)
+    fleet.advance(0, 3 * DAY_MS + 1)
+    assert fleet.baseline(DAY_MS) == 0.0
+    assert fleet.baseline(2 * DAY_MS) == 30.0  # the peaks of day 0 only
+    assert fleet.baseline(3 * DAY_MS) == 99.0
+    assert exact_quantile([10, 30], 0.99) == 30.0
