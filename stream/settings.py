@@ -25,9 +25,13 @@ class SettingsError(ValueError):
     """A setting has a value that cannot be used; the message names the variable."""
 
 
-def setting(default: Any, doc: str) -> Any:
-    """A settings field with its documentation (shown by ``faultstream config`` and docs/configuration.md)."""
-    return field(default=default, metadata={"doc": doc})
+def setting(default: Any, doc: str, *, secret: bool = False) -> Any:
+    """A settings field with its documentation (shown by ``faultstream config`` and docs/configuration.md).
+
+    A ``secret`` field (a password) is left out of the settings' ``repr``, so no log or traceback
+    that prints the settings shows it.
+    """
+    return field(default=default, repr=not secret, metadata={"doc": doc, "secret": secret})
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -41,7 +45,14 @@ class Settings:
     clickhouse_dsn: str = setting(
         "",
         "ClickHouse to write to: `chdb:///abs/path` (embedded, in-process) or "
-        "`http(s)://user:pass@host:8123`. Empty: embedded store in `data_dir`.",
+        "`http(s)://user:pass@host:8123`. Empty: embedded store in `data_dir`. Never printed whole: "
+        "messages show it without the password.",
+        secret=True,
+    )
+    clickhouse_ca_file: str = setting(
+        "",
+        "PEM file of the CA that signed the ClickHouse server's certificate, for `https://` DSNs "
+        "(the server's certificate and host name are always verified; empty: the system's CAs).",
     )
     data_dir: str = setting(
         "./faultstream-data", "Folder of the embedded store and of the embedded dead-letter file."
@@ -86,7 +97,36 @@ class Settings:
     sink_batch_rows: int = setting(50_000, "Rows buffered per table before a ClickHouse insert.")
     kafka_bootstrap: str = setting(
         "127.0.0.1:9092",
-        "Kafka bootstrap servers (host:port, comma-separated) for init-kafka, replay --to, worker.",
+        "Kafka bootstrap servers (host:port, comma-separated) for init-kafka, replay --to, worker, tail.",
+    )
+    kafka_security_protocol: str = setting(
+        "PLAINTEXT",
+        "How every Kafka client connects: `PLAINTEXT`, `SSL` (TLS; with a client certificate if "
+        "`kafka_ssl_certfile` is set), `SASL_SSL` (TLS and a SASL login) or `SASL_PLAINTEXT`.",
+    )
+    kafka_sasl_mechanism: str = setting(
+        "SCRAM-SHA-512", "SASL mechanism of `SASL_*` protocols: `SCRAM-SHA-512`, `SCRAM-SHA-256` or `PLAIN`."
+    )
+    kafka_sasl_username: str = setting("", "SASL user of `SASL_*` protocols.")
+    kafka_sasl_password: str = setting(
+        "", "SASL password (never printed); prefer `kafka_sasl_password_file`.", secret=True
+    )
+    kafka_sasl_password_file: str = setting(
+        "",
+        "File holding the SASL password (a mounted secret; one trailing newline is ignored), read "
+        "when `kafka_sasl_password` is empty.",
+    )
+    kafka_ssl_cafile: str = setting(
+        "", "PEM file of the CA(s) that signed the brokers' certificates; empty: the system's trusted CAs."
+    )
+    kafka_ssl_certfile: str = setting(
+        "", "PEM client certificate (chain) presented to brokers that authenticate clients by certificate."
+    )
+    kafka_ssl_keyfile: str = setting(
+        "", "PEM private key of `kafka_ssl_certfile` (empty: the key is in the certificate file)."
+    )
+    kafka_ssl_key_password: str = setting(
+        "", "Password of an encrypted `kafka_ssl_keyfile` (never printed).", secret=True
     )
     topic_xid: str = setting("faultstream.xid", "Input topic of XID events (key: node).")
     topic_ecc: str = setting("faultstream.ecc", "Input topic of ECC samples (key: node).")

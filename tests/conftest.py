@@ -7,14 +7,19 @@ process, so the whole session shares one path and every test gets a database of 
 from __future__ import annotations
 
 import itertools
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from clickhouse_connect.driver.client import Client
 
 from stream.settings import Settings
 from stream.sinks.store import connect
+
+if TYPE_CHECKING:
+    from tests.services.secure_kafka import SecureBroker
 
 _database_numbers = itertools.count()
 
@@ -55,3 +60,18 @@ def bootstrap() -> str:
     except RuntimeError as exc:
         reason = str(exc)
     pytest.fail(reason, pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
+    """A broker of its own with SASL_SSL and client-certificate SSL listeners (certificates made
+    for the run), stopped by PID at the end of the session; the tests fail (never skip) when it
+    cannot start."""
+    from tests.services import secure_kafka
+
+    try:
+        broker = secure_kafka.start(tmp_path_factory.mktemp("secure-kafka"))
+    except (RuntimeError, KeyError, OSError, subprocess.TimeoutExpired) as exc:
+        pytest.fail(f"the secured Kafka test broker did not start: {exc}", pytrace=False)
+    yield broker
+    broker.stop()

@@ -160,8 +160,10 @@ def run_init_kafka(args: argparse.Namespace) -> int:
     import asyncio
 
     from stream.kafka.admin import create_topics
+    from stream.kafka.security import check_kafka
 
     settings = Settings.from_env(kafka_bootstrap=args.kafka)
+    asyncio.run(check_kafka(settings))  # a wrong password or certificate: one line, at once
     for topic, outcome in asyncio.run(create_topics(settings)):
         sys.stdout.write(f"{topic}: {outcome}\n")
     return 0
@@ -180,10 +182,17 @@ def run_worker(args: argparse.Namespace) -> int:
     int
         The exit code: 0.
     """
+    import asyncio
+
+    from stream.kafka.admin import wait_for_group_coordinator
+    from stream.kafka.security import check_kafka
     from stream.worker.app import run_worker as run_faust_worker
 
     settings = settings_from_args(args).with_overrides(kafka_bootstrap=args.kafka)
-    run_faust_worker(settings)
+    # Faust retries a broker that refuses it for ever, logging tracebacks: check first, fail in one line.
+    security = asyncio.run(check_kafka(settings))
+    asyncio.run(wait_for_group_coordinator(settings, settings.worker_app_id))
+    run_faust_worker(settings, security)
     return 0
 
 
@@ -200,12 +209,18 @@ def run_tail(args: argparse.Namespace) -> int:
     int
         The exit code of the console, or ``EXIT_KAFKA`` if its options or Kafka fail.
     """
+    import asyncio
+
+    from stream.kafka.security import KafkaAccessError, check_kafka, client_options
     from stream.kafka.tail import IncidentFilter, TailError, TailOptions, parse_since, run, want_colour
 
     settings = Settings.from_env(kafka_bootstrap=args.kafka)
     try:
+        security = asyncio.run(check_kafka(settings))
+        kafka = client_options(settings, security)
         options = TailOptions(
-            bootstrap=settings.kafka_bootstrap,
+            bootstrap=kafka.pop("bootstrap_servers"),
+            security=kafka,
             topic=args.topic or settings.topic_incidents,
             since_ms=None if args.from_beginning else parse_since(args.since),
             follow=not args.no_follow,
@@ -215,7 +230,7 @@ def run_tail(args: argparse.Namespace) -> int:
             only=IncidentFilter.parse(args.severity, args.kind, args.node),
         )
         return run(options)
-    except TailError as exc:
+    except (TailError, KafkaAccessError) as exc:
         sys.stderr.write(f"faultstream tail: error: {exc}\n")
         return EXIT_KAFKA
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 from stream.cli import explain, kafka, replay, simulate, store
 from stream.cli.common import EXIT_DEAD_LETTERS, EXIT_KAFKA, EXIT_STORE, EXIT_USAGE
+from stream.kafka.security import KafkaAccessError
 from stream.settings import SettingsError
 from stream.sinks.dead_letters import DeadLetterLimitExceeded
 from stream.sinks.store import StoreError
@@ -88,7 +89,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     int
         The exit code: 0, or ``EXIT_USAGE`` (bad settings, options or input files),
         ``EXIT_DEAD_LETTERS`` (too many unusable records), ``EXIT_STORE`` (ClickHouse failed) or
-        ``EXIT_KAFKA`` (``tail`` failed: its options or Kafka). argparse itself exits with 2 on a usage error.
+        ``EXIT_KAFKA`` (Kafka cannot be reached or refuses us, or ``tail``'s options). argparse
+        itself exits with 2 on a usage error.
     """
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="faultstream: %(message)s")
@@ -101,6 +103,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DeadLetterLimitExceeded as exc:
         sys.stderr.write(f"faultstream: stopped: {exc}\n")
         return EXIT_DEAD_LETTERS
+    except KafkaAccessError as exc:
+        sys.stderr.write(f"faultstream: Kafka: {exc}\n")
+        return EXIT_KAFKA
     except StoreError as exc:
         sys.stderr.write(f"faultstream: ClickHouse: {exc}\n")
         return EXIT_STORE

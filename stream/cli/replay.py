@@ -225,7 +225,9 @@ def _publish(args: argparse.Namespace, settings: Settings, options: ParseOptions
     import asyncio
 
     from stream.kafka.publish import publish
+    from stream.kafka.security import check_kafka
 
+    asyncio.run(check_kafka(settings))  # a wrong password or certificate: one line, at once
     bar, update = _progress_bar(args.progress)
     try:
         summary = asyncio.run(

@@ -176,11 +176,13 @@ def run_init_db(args: argparse.Namespace) -> int:
     int
         The exit code: 0.
     """
-    from stream.sinks.store import connect, init_db
+    from stream.sinks.store import connect, init_db, redact_dsn
 
     settings = settings_from_args(args)
     statements = init_db(connect(settings, apply_schema=False), settings)
-    sys.stdout.write(f"{settings.dsn}: {len(statements)} DDL statements applied to {settings.database}\n")
+    sys.stdout.write(
+        f"{redact_dsn(settings.dsn)}: {len(statements)} DDL statements applied to {settings.database}\n"
+    )
     return 0
 
 

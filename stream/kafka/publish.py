@@ -36,6 +36,7 @@ from stream.kafka.codec import (
     partition_for_key,
     record_key,
 )
+from stream.kafka.security import client_options
 from stream.pipeline import late_dead_letter
 from stream.settings import Settings
 from stream.sinks.dead_letters import KafkaDeadLetters, to_dead_letter
@@ -157,7 +158,7 @@ async def publish(
     lateness_s = settings.allowed_lateness_seconds
     topics = {XidEvent: settings.topic_xid, EccSample: settings.topic_ecc, JobEvent: settings.topic_jobs}
     producer = AIOKafkaProducer(
-        bootstrap_servers=settings.kafka_bootstrap,
+        **client_options(settings),
         enable_idempotence=True,
         linger_ms=20,
         max_batch_size=256 * 1024,

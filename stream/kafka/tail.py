@@ -19,8 +19,8 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any, TextIO
 
@@ -190,6 +190,8 @@ class TailOptions:
 
     bootstrap: str
     topic: str
+    #: aiokafka's security arguments (:func:`stream.kafka.security.client_options` without the servers).
+    security: Mapping[str, Any] = field(default_factory=dict)
     since_ms: int | None = None  # None: from the beginning of the topic
     follow: bool = True
     as_json: bool = False
@@ -218,6 +220,7 @@ async def tail(options: TailOptions, out: TextIO = sys.stdout, err: TextIO = sys
     at the start); return how many lines were printed."""
     consumer = AIOKafkaConsumer(
         bootstrap_servers=options.bootstrap,
+        **options.security,
         enable_auto_commit=False,
         group_id=None,
         request_timeout_ms=int(options.connect_timeout_s * 1000),

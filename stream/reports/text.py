@@ -6,7 +6,6 @@ import math
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 from clickhouse_connect.driver.client import Client
@@ -14,7 +13,7 @@ from clickhouse_connect.driver.client import Client
 from detectors.mttf import ettr, optimal_checkpoint_interval_hours, projected_mttf_hours
 from schemas.outputs import IncidentKind
 from stream.settings import Settings
-from stream.sinks.store import query_rows
+from stream.sinks.store import query_rows, redact_dsn
 
 __all__ = [
     "LEMON_KIND",
@@ -53,15 +52,6 @@ _SEVERITY_ORDER = "multiIf(severity = 'critical', 0, severity = 'warn', 1, 2)"
 
 def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
-
-
-def _redact(dsn: str) -> str:
-    """The DSN without its password (the report may be shared)."""
-    parts = urlsplit(dsn)
-    if parts.password is None:
-        return dsn
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
 
 
 def _ts(epoch_seconds: int | None) -> str | None:
@@ -340,7 +330,7 @@ def build_report(
             )
     return {
         "database": db,
-        "store": _redact(settings.dsn),
+        "store": redact_dsn(settings.dsn),
         "generated": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S"),
         "time_span": {"first": span["first"], "last": span["last"]},
         "rows": counts,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 from typing import Any, Final
-from urllib.parse import urlparse
+from urllib.parse import urlparse, urlsplit, urlunsplit
 
 import clickhouse_connect
 from clickhouse_connect.driver.client import Client
@@ -17,7 +17,15 @@ from clickhouse_connect.driver.client import Client
 from schemas.ddl import ddl_statements
 from stream.settings import Settings
 
-__all__ = ["StoreError", "clickhouse_message", "connect", "init_db", "query_rows"]
+__all__ = [
+    "StoreError",
+    "clickhouse_message",
+    "connect",
+    "ensure_schema",
+    "init_db",
+    "query_rows",
+    "redact_dsn",
+]
 
 
 class StoreError(RuntimeError):
@@ -35,28 +43,96 @@ def _normalise_dsn(dsn: str) -> str:
     raise StoreError(f"unsupported ClickHouse DSN {dsn!r}: use chdb:///abs/path or http(s)://host:8123")
 
 
+def redact_dsn(dsn: str) -> str:
+    """The DSN without its password, for messages and reports (which may be shared).
+
+    >>> redact_dsn("https://writer:s3cret@clickhouse:8443/faultstream")
+    'https://writer:***@clickhouse:8443/faultstream'
+    >>> redact_dsn("chdb:///data/store")
+    'chdb:///data/store'
+    """
+    parts = urlsplit(dsn)
+    if parts.password is None:
+        return dsn
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+
+
 def connect(settings: Settings, *, apply_schema: bool = True) -> Client:
-    """Return a client for the configured store; create the database and tables on first use."""
+    """Return a client for the configured store; create the database and tables on first use.
+
+    An ``https://`` DSN verifies the server's certificate against ``clickhouse_ca_file`` (the
+    system's CAs when empty). The schema step creates only what is missing
+    (:func:`ensure_schema`), so a user allowed only to insert and select — the stack's writer —
+    can connect once ``faultstream init-db`` has run.
+    """
     dsn = _normalise_dsn(settings.dsn)
+    tls: dict[str, Any] = {}
+    if urlparse(dsn).scheme in ("https", "clickhouses"):
+        # clickhouse-connect takes TLS from the port (443, 8443), not from the DSN's scheme: without
+        # this, https://host:8123 went over plain HTTP, password included.
+        tls = {"interface": "https", "secure": True}
+    if settings.clickhouse_ca_file:
+        if not Path(settings.clickhouse_ca_file).is_file():
+            raise StoreError(f"FAULTSTREAM_CLICKHOUSE_CA_FILE={settings.clickhouse_ca_file}: no such file")
+        tls |= {"verify": True, "ca_cert": settings.clickhouse_ca_file}
     try:
-        client: Client = clickhouse_connect.get_client(dsn=dsn)
+        client: Client = clickhouse_connect.get_client(dsn=dsn, **tls)
     except Exception as exc:  # clickhouse-connect raises several unrelated types here
-        raise StoreError(f"cannot connect to ClickHouse at {dsn}: {exc}") from exc
+        reason = " ".join(str(exc).replace(dsn, redact_dsn(dsn)).split())
+        raise StoreError(f"cannot connect to ClickHouse at {redact_dsn(dsn)}: {reason}") from exc
     if apply_schema:
-        init_db(client, settings)
+        ensure_schema(client, settings)
     return client
+
+
+def ensure_schema(client: Client, settings: Settings) -> list[str]:
+    """Create the database, tables and views that do not exist yet; return the statements run.
+
+    Unlike :func:`init_db` it asks ``system.tables`` first and leaves existing objects alone:
+    ClickHouse checks the CREATE privilege even for ``CREATE TABLE IF NOT EXISTS`` of a table that
+    exists, which a least-privilege writer does not have.
+    """
+    database = {"database": settings.database}
+    existing = {
+        f"{settings.database}.{name}"
+        for (name,) in client.query(
+            "SELECT name FROM system.tables WHERE database = {database:String}", parameters=database
+        ).result_rows
+    }
+    existing |= {
+        name
+        for (name,) in client.query(
+            "SELECT name FROM system.databases WHERE name = {database:String}", parameters=database
+        ).result_rows
+    }
+    missing = []
+    for statement in ddl_statements(settings.database, settings.gpus_per_node, settings.reference_sizes):
+        # CREATE DATABASE|TABLE|VIEW IF NOT EXISTS <name> ...
+        words = statement.split(None, 6)
+        if words[5] not in existing:
+            missing.append(statement)
+    _run(client, missing)
+    return missing
 
 
 def init_db(client: Client, settings: Settings) -> list[str]:
     """Apply the idempotent DDL; return the statements run."""
     statements = ddl_statements(settings.database, settings.gpus_per_node, settings.reference_sizes)
+    _run(client, statements)
+    return statements
+
+
+def _run(client: Client, statements: list[str]) -> None:
     for statement in statements:
         try:
             client.command(statement)
         except Exception as exc:
             first_line = statement.splitlines()[0]
-            raise StoreError(f"ClickHouse refused `{first_line}`: {exc}") from exc
-    return statements
+            hint = ""
+            if "ACCESS_DENIED" in str(exc) or "Not enough privileges" in str(exc):
+                hint = " (run `faultstream init-db` as a user allowed to create tables)"
+            raise StoreError(f"ClickHouse refused `{first_line}`{hint}: {exc}") from exc
 
 
 # ClickHouse's own message inside what clickhouse-connect raises: from "Code: N." to the end.

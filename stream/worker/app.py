@@ -33,6 +33,7 @@ from typing import Any
 
 import faust
 
+from stream.kafka.security import KafkaSecurity
 from stream.settings import Settings
 from stream.sinks.clickhouse import ClickHouseSink, FlushStats
 from stream.sinks.dead_letters import DeadLetterLimitExceeded
@@ -52,13 +53,44 @@ _RAW: dict[str, Any] = {
 }
 
 
-def build_app(settings: Settings) -> faust.App:
-    """The Faust app of a worker, configured from ``settings``."""
+def broker_credentials(security: KafkaSecurity) -> faust.types.auth.CredentialsT | None:
+    """Faust's form of the Kafka security every other client gets from
+    :func:`stream.kafka.security.client_options` (Faust passes it on to its aiokafka clients).
+
+    Parameters
+    ----------
+    security
+        The resolved security settings.
+
+    Returns
+    -------
+    CredentialsT or None
+        SASL credentials (with the TLS context under ``SASL_SSL``), TLS credentials, or None for
+        ``PLAINTEXT``.
+    """
+    context = security.ssl_context()
+    if security.uses_sasl:
+        # With a context Faust speaks SASL_SSL, without one SASL_PLAINTEXT.
+        return faust.SASLCredentials(
+            username=security.username,
+            password=security.password,
+            mechanism=security.mechanism,
+            ssl_context=context,
+        )
+    if context is not None:
+        return faust.SSLCredentials(context)
+    return None
+
+
+def build_app(settings: Settings, security: KafkaSecurity | None = None) -> faust.App:
+    """The Faust app of a worker, configured from ``settings`` (``security``: already resolved)."""
+    security = security or KafkaSecurity.from_settings(settings)
     datadir = Path(settings.data_dir) / "faust"
     datadir.mkdir(parents=True, exist_ok=True)
     app = faust.App(
         settings.worker_app_id,
         broker=f"kafka://{settings.kafka_bootstrap}",
+        broker_credentials=broker_credentials(security),
         store="memory://",
         web_enabled=False,
         autodiscover=False,
@@ -66,6 +98,11 @@ def build_app(settings: Settings) -> faust.App:
         topic_partitions=settings.topic_partitions,
         topic_replication_factor=settings.topic_replication,
         topic_allow_declare=False,
+        # No leader election: nothing here runs `on_leader` (Faust's own advice for such apps).
+        # With election on, every start subscribed to `<app id>-__assignor-__leader`, which
+        # `topic_allow_declare=False` never creates, and aiokafka logged "[ERROR] Topic ... not
+        # found in cluster metadata" on each healthy start.
+        topic_disable_leader=True,
         broker_commit_every=1000,
         # Nothing is acked to Faust (the worker commits its own offsets); a rebalance must not wait
         # for them (the partition's next owner redoes them from its checkpoint).
@@ -162,9 +199,9 @@ def build_app(settings: Settings) -> faust.App:
     return app
 
 
-def run_worker(settings: Settings) -> None:
+def run_worker(settings: Settings, security: KafkaSecurity | None = None) -> None:
     """Run a worker until it is stopped (``faultstream worker``)."""
-    app = build_app(settings)
+    app = build_app(settings, security)
     # Faust's command line reads sys.argv, and would otherwise start a web server on 0.0.0.0:6066,
     # which two workers on one host cannot share.
     sys.argv = ["faultstream-worker", "worker", "-l", "warn", "--without-web"]

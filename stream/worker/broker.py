@@ -19,8 +19,10 @@ __all__ = ["BrokerQueries"]
 class BrokerQueries:
     """An admin client and a consumer outside any group, started on first use."""
 
-    def __init__(self, bootstrap: str) -> None:
-        self.bootstrap = bootstrap
+    def __init__(self, kafka: dict[str, Any]) -> None:
+        #: aiokafka keyword arguments: bootstrap servers and security
+        #: (:func:`stream.kafka.security.client_options`).
+        self.kafka = kafka
         self._admin: AIOKafkaAdminClient | None = None
         self._offsets: AIOKafkaConsumer | None = None
 
@@ -30,7 +32,7 @@ class BrokerQueries:
         if not asked:
             return {}
         if self._offsets is None:
-            consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False)
+            consumer = AIOKafkaConsumer(**self.kafka, enable_auto_commit=False)
             await consumer.start()
             self._offsets = consumer
         ends = await self._offsets.end_offsets([TopicPartition(tp.topic, tp.partition) for tp in asked])
@@ -39,7 +41,7 @@ class BrokerQueries:
     async def committed(self, group: str, partitions: Iterable[Any]) -> Mapping[Any, int]:
         """The group's committed offset of each partition (-1: none), keyed by topic partition."""
         if self._admin is None:
-            admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
+            admin = AIOKafkaAdminClient(**self.kafka)
             await admin.start()
             self._admin = admin
         answer = await self._admin.list_consumer_group_offsets(

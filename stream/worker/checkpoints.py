@@ -104,8 +104,10 @@ def decode(blob: bytes) -> PartitionCheckpoint:
 class CheckpointTopic:
     """Reads and writes the checkpoints of one application on its compacted topic."""
 
-    def __init__(self, bootstrap: str, topic: str, app_id: str) -> None:
-        self.bootstrap = bootstrap
+    def __init__(self, kafka: dict[str, Any], topic: str, app_id: str) -> None:
+        #: aiokafka keyword arguments: bootstrap servers and security
+        #: (:func:`stream.kafka.security.client_options`).
+        self.kafka = kafka
         self.topic = topic
         self.app_id = app_id
         self._producer: AIOKafkaProducer | None = None
@@ -116,13 +118,13 @@ class CheckpointTopic:
         """Connect (aiokafka clients must be made inside the running event loop) and check the topic
         has a partition for each of the ``partitions`` input partitions."""
         self._producer = AIOKafkaProducer(
-            bootstrap_servers=self.bootstrap,
+            **self.kafka,
             acks="all",
             enable_idempotence=True,
             max_request_size=CHECKPOINT_MAX_BYTES,
         )
         self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap,
+            **self.kafka,
             enable_auto_commit=False,
             fetch_max_bytes=CHECKPOINT_MAX_BYTES,
             max_partition_fetch_bytes=CHECKPOINT_MAX_BYTES,

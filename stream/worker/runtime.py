@@ -23,6 +23,7 @@ from faust.types import TP
 from schemas.outputs import DeadLetter
 from schemas.records import InvalidRecord
 from stream.kafka.codec import decode_message, decode_record, message_lines, partition_for_key
+from stream.kafka.security import client_options
 from stream.pipeline import store_dead_letter
 from stream.settings import Settings
 from stream.sinks.clickhouse import ClickHouseSink
@@ -90,7 +91,7 @@ class WorkerRuntime:
         self.metrics = metrics
         self.lock = asyncio.Lock()
         self.checkpoints = CheckpointTopic(
-            settings.kafka_bootstrap, settings.topic_checkpoints, settings.worker_app_id
+            client_options(settings), settings.topic_checkpoints, settings.worker_app_id
         )
         self.checkpoints_started = False
         self.policy = DeadLetterPolicy.from_settings(
@@ -115,7 +116,7 @@ class WorkerRuntime:
         self._ends: dict[Any, int] = {}
         #: Whether the group has committed every message of the jobs topic (re-keyed everywhere).
         self._jobs_rekeyed = False
-        self.broker = BrokerQueries(settings.kafka_bootstrap)
+        self.broker = BrokerQueries(client_options(settings))
         self._last_refresh = 0.0
         self._last_stall_check = time.monotonic()
         self._stalls: dict[Any, int] = {}  # partition -> stall checks in a row without a delivery

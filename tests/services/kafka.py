@@ -188,6 +188,11 @@ def main(argv: list[str] | None = None) -> int:
     wait.add_argument("--timeout", type=float, default=90)
     args = parser.parse_args(argv)
     try:
+        import aiokafka  # noqa: F401  (every check below would fail on its absence, and look like a dead broker)
+    except ImportError as exc:
+        print(f"kafka: {sys.executable} cannot check the broker: {exc}", file=sys.stderr)
+        return 2
+    try:
         waited = asyncio.run(wait_ready(args.bootstrap, pid=args.pid, log=args.log, timeout=args.timeout))
     except RuntimeError as exc:
         print(f"kafka: {exc}", file=sys.stderr)

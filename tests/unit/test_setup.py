@@ -32,7 +32,7 @@ def machine(tmp_path: Path, *, java: str | None = "17.0.15", mvn: bool = True) -
     if mvn:
         (bin_dir / "mvn").write_text("#!/bin/sh\necho 'Apache Maven 3.8.7'\n")
         (bin_dir / "mvn").chmod(0o755)
-    for tool in ("chromium", "promtool", "prometheus-alertmanager"):
+    for tool in ("chromium", "promtool", "prometheus-alertmanager", "openssl", "keytool"):
         (bin_dir / tool).write_text("#!/bin/sh\n")
         (bin_dir / tool).chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}

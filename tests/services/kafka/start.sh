@@ -2,11 +2,22 @@
 # Starts the test suite's real Apache Kafka: a single-node KRaft broker (broker and controller in one
 # JVM) on 127.0.0.1, from jars that Maven fetches from Maven Central (pom.xml beside this file).
 #
-#   start.sh [RUN_DIR]     RUN_DIR: config, data, log and pid file (default: a new temporary folder)
-#   stop.sh RUN_DIR        stops it by the PID in RUN_DIR/kafka.pid and removes RUN_DIR
+#   start.sh [--secure] [RUN_DIR]  RUN_DIR: config, data, log and pid file (default: a new temporary folder)
+#   stop.sh RUN_DIR                stops it by the PID in RUN_DIR/kafka.pid and removes RUN_DIR
 #
 # Progress goes to stderr; the last line on stdout is `KAFKA_BOOTSTRAP=127.0.0.1:<port>` (before it,
 # `KAFKA_RUN_DIR=<dir>`). On failure: the broker log's tail on stderr, exit status non-zero.
+#
+# --secure adds two secured listeners beside the PLAINTEXT one (which stays for the readiness check
+# and the broker's own traffic), with a CA and certificates made here with openssl and keytool:
+#   SASL_SSL  TLS + SASL/SCRAM-SHA-512; the user is created when the metadata log is formatted
+#             (kafka-storage format --add-scram, the KRaft way)
+#   SSL       TLS that requires a client certificate signed by the CA
+#   SASL_PLAINTEXT  the same SCRAM login without TLS
+# and prints, before KAFKA_BOOTSTRAP: KAFKA_SASL_SSL_BOOTSTRAP=, KAFKA_SSL_BOOTSTRAP=,
+# KAFKA_SASL_PLAINTEXT_BOOTSTRAP=, KAFKA_TLS_DIR=.
+# KAFKA_TLS_DIR holds ca.pem, client.pem, client.key (PEM, for the clients), other-ca.pem (a CA that
+# signed nothing the broker has: an untrusted CA), scram-user and scram-password.
 #
 # Environment:
 #   FAULTSTREAM_KAFKA_HOME   jar cache (default ~/.cache/faultstream/kafka-<version>): Maven runs
@@ -15,6 +26,12 @@
 #   FAULTSTREAM_MAVEN_ARGS   extra Maven arguments, e.g. -Dmaven.repo.local=/tmp/m2
 #   FAULTSTREAM_KAFKA_TIMEOUT seconds to wait for the broker to answer (default 90)
 set -euo pipefail
+
+secure=0
+if [[ "${1:-}" == "--secure" ]]; then
+    secure=1
+    shift
+fi
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 say() { echo "kafka: $*" >&2; }
@@ -26,6 +43,15 @@ home="${FAULTSTREAM_KAFKA_HOME:-$HOME/.cache/faultstream/kafka-$version}"
 libs="$home/libs"
 py="$(command -v python || command -v python3)" || die "no python on PATH (the readiness check needs it)"
 command -v java >/dev/null || die "no java on PATH: Kafka $version needs a Java 11+ runtime"
+# The readiness check talks to the broker with aiokafka: without it every check would fail, and the
+# broker would seem never to start.
+missing="$("$py" -c 'import aiokafka' 2>&1 | tail -n 1)" ||
+    die "$py cannot run the readiness check ($missing): activate the virtualenv with the test dependencies (. .venv/bin/activate)"
+if ((secure)); then
+    for tool in openssl keytool; do
+        command -v "$tool" >/dev/null || die "no $tool on PATH: --secure makes its CA and certificates with openssl and keytool"
+    done
+fi
 
 # --- jars: fetched once per version, into a temporary folder moved into place when complete
 if [[ ! -f "$libs/.complete" ]]; then
@@ -73,6 +99,16 @@ port="${FAULTSTREAM_KAFKA_PORT:-$(free_port)}"
 cport="${FAULTSTREAM_KAFKA_CONTROLLER_PORT:-$(free_port)}"
 while [[ "$cport" == "$port" ]]; do cport="$(free_port)"; done
 bootstrap="127.0.0.1:$port"
+if ((secure)); then
+    sasl_port="$(free_port)"
+    while [[ "$sasl_port" == "$port" || "$sasl_port" == "$cport" ]]; do sasl_port="$(free_port)"; done
+    ssl_port="$(free_port)"
+    while [[ "$ssl_port" == "$port" || "$ssl_port" == "$cport" || "$ssl_port" == "$sasl_port" ]]; do
+        ssl_port="$(free_port)"
+    done
+    sp_port="$(free_port)"
+    while [[ " $port $cport $sasl_port $ssl_port " == *" $sp_port "* ]]; do sp_port="$(free_port)"; done
+fi
 
 cat >"$run_dir/server.properties" <<EOF
 # Written by tests/services/kafka/start.sh: single-node KRaft broker for the tests.
@@ -99,6 +135,60 @@ num.network.threads=2
 num.io.threads=4
 log.retention.hours=1
 EOF
+
+# --- --secure: a CA, the broker's keystore and truststore (keytool), the clients' PEM files
+if ((secure)); then
+    tls="$run_dir/tls"
+    mkdir -p "$tls"
+    store_pass="$("$py" -c 'import secrets; print(secrets.token_hex(16))')"
+    scram_user="faultstream"
+    scram_pass="$("$py" -c 'import secrets; print(secrets.token_urlsafe(18))')"
+    make_tls() {
+        set -e
+        cd "$tls"
+        openssl req -x509 -newkey rsa:2048 -nodes -sha256 -days 2 -subj "/CN=faultstream test CA" \
+            -keyout ca.key -out ca.pem
+        openssl req -x509 -newkey rsa:2048 -nodes -sha256 -days 2 -subj "/CN=some other CA" \
+            -keyout other-ca.key -out other-ca.pem
+        # The broker's certificate names 127.0.0.1 and localhost: clients check the host name.
+        printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n' >broker.ext
+        openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" -keyout broker.key -out broker.csr
+        openssl x509 -req -sha256 -days 2 -in broker.csr -CA ca.pem -CAkey ca.key -CAcreateserial \
+            -extfile broker.ext -out broker.pem
+        printf 'extendedKeyUsage=clientAuth\n' >client.ext
+        openssl req -newkey rsa:2048 -nodes -subj "/CN=faultstream-client" -keyout client.key -out client.csr
+        openssl x509 -req -sha256 -days 2 -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial \
+            -extfile client.ext -out client.pem
+        openssl pkcs12 -export -name broker -in broker.pem -inkey broker.key -certfile ca.pem \
+            -passout "pass:$store_pass" -out broker.p12
+        keytool -importcert -noprompt -alias ca -file ca.pem -keystore truststore.p12 -storetype PKCS12 \
+            -storepass "$store_pass"
+        rm -f ./*.csr ./*.ext ca.key other-ca.key ca.srl
+        printf '%s\n' "$scram_user" >scram-user
+        printf '%s\n' "$scram_pass" >scram-password
+        chmod 600 broker.key client.key scram-password broker.p12
+    }
+    (make_tls) >"$run_dir/tls.log" 2>&1 || { cat "$run_dir/tls.log" >&2; die "making the test CA and certificates failed"; }
+    secured="SASL_SSL://127.0.0.1:$sasl_port,SSL://127.0.0.1:$ssl_port,SASL_PLAINTEXT://127.0.0.1:$sp_port"
+    sed -i "s|^listeners=.*|listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport,$secured|
+s|^advertised.listeners=.*|advertised.listeners=PLAINTEXT://127.0.0.1:$port,$secured|
+s|^listener.security.protocol.map=.*|listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT|" \
+        "$run_dir/server.properties"
+    cat >>"$run_dir/server.properties" <<EOF
+# --secure: SASL_SSL (SCRAM-SHA-512) and SSL with client certificates
+sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+ssl.keystore.type=PKCS12
+ssl.keystore.location=$tls/broker.p12
+ssl.keystore.password=$store_pass
+ssl.key.password=$store_pass
+ssl.truststore.type=PKCS12
+ssl.truststore.location=$tls/truststore.p12
+ssl.truststore.password=$store_pass
+listener.name.ssl.ssl.client.auth=required
+EOF
+fi
 
 cat >"$run_dir/log4j.properties" <<'EOF'
 log4j.rootLogger=INFO, stdout
@@ -136,8 +226,12 @@ while True:  # Kafka cluster ids: 16 random bytes, base64url without padding, no
 
 # --- format the KRaft metadata log, then start the broker in the background
 t0=$SECONDS
+scram=()
+if ((secure)); then
+    scram=(--add-scram "SCRAM-SHA-512=[name=$scram_user,password=$scram_pass]")
+fi
 java "${java_opts[@]}" -cp "$libs/*" kafka.tools.StorageTool format -t "$cluster_id" \
-    -c "$run_dir/server.properties" >"$log" 2>&1 || fail "kafka-storage format failed"
+    -c "$run_dir/server.properties" "${scram[@]}" >"$log" 2>&1 || fail "kafka-storage format failed"
 
 java "${java_opts[@]}" -cp "$libs/*" kafka.Kafka "$run_dir/server.properties" </dev/null >>"$log" 2>&1 &
 pid=$!
@@ -148,4 +242,10 @@ say "Kafka $version starting on $bootstrap (PID $pid, log $log)"
     fail "Kafka $version did not start on $bootstrap"
 say "ready in $((SECONDS - t0)) s"
 echo "KAFKA_RUN_DIR=$run_dir"
+if ((secure)); then
+    echo "KAFKA_SASL_SSL_BOOTSTRAP=127.0.0.1:$sasl_port"
+    echo "KAFKA_SSL_BOOTSTRAP=127.0.0.1:$ssl_port"
+    echo "KAFKA_SASL_PLAINTEXT_BOOTSTRAP=127.0.0.1:$sp_port"
+    echo "KAFKA_TLS_DIR=$tls"
+fi
 echo "KAFKA_BOOTSTRAP=$bootstrap"

@@ -19,6 +19,8 @@ import json
 import re
 import shutil
 import subprocess
+import sys
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from dataclasses import fields
 from pathlib import Path
@@ -41,7 +43,13 @@ GRAFANA_PROVISIONING = DOCKER / "grafana" / "provisioning"
 #: The stack's long-running services that others wait for; each must say when it is healthy.
 INFRASTRUCTURE = ("kafka", "clickhouse", "prometheus", "alertmanager", "grafana")
 #: Variables that hold secrets: compose.yaml must give them no default.
-SECRETS = ("CLICKHOUSE_PASSWORD", "GRAFANA_ADMIN_PASSWORD")
+SECRETS = (
+    "CLICKHOUSE_ADMIN_PASSWORD",
+    "CLICKHOUSE_WRITER_PASSWORD",
+    "CLICKHOUSE_READER_PASSWORD",
+    "GRAFANA_ADMIN_PASSWORD",
+)
+CLICKHOUSE_USERS = DOCKER / "clickhouse" / "users.d" / "faultstream-users.xml"
 SETTING_NAMES = frozenset(ENV_PREFIX + spec.name.upper() for spec in fields(Settings))
 CONDITIONS = ("service_started", "service_healthy", "service_completed_successfully")
 
@@ -402,10 +410,13 @@ def test_faultstream_reaches_kafka_and_clickhouse(services: dict[str, dict[str, 
         )
         dsn = urlparse(settings.clickhouse_dsn)
         assert (dsn.scheme, dsn.hostname, dsn.port) == ("http", "clickhouse", 8123), name
-        assert (dsn.username, dsn.password) == (
-            clickhouse["CLICKHOUSE_USER"],
-            clickhouse["CLICKHOUSE_PASSWORD"],
+        # Only the init job (init-db creates the tables) uses the admin; the rest write as the writer.
+        expected = (
+            (clickhouse["CLICKHOUSE_USER"], clickhouse["CLICKHOUSE_PASSWORD"])
+            if name == "init"
+            else ("faultstream_writer", clickhouse["CLICKHOUSE_WRITER_PASSWORD"])
         )
+        assert (dsn.username, dsn.password) == expected, name
         assert dsn.password, "the DSN carries the password"
         deps = _dependencies(service)
         assert deps["kafka"] == "service_healthy", name
@@ -488,6 +499,79 @@ def test_clickhouse_user_is_created_by_the_image(services: dict[str, dict[str, A
     assert "CLICKHOUSE_DB" not in clickhouse, "`faultstream init-db` creates the database"
     test = " ".join(services["clickhouse"]["healthcheck"]["test"])
     assert "$CLICKHOUSE_USER" in test and "$CLICKHOUSE_PASSWORD" in test  # the container's own env
+
+
+def _clickhouse_users() -> tuple[dict[str, ET.Element], dict[str, ET.Element], ET.Element]:
+    """Users and profiles of clickhouse/users.d/faultstream-users.xml, and its ``<users>``."""
+    root = ET.parse(CLICKHOUSE_USERS).getroot()
+    assert root.tag == "clickhouse"
+    users = root.find("users")
+    assert users is not None
+    profiles = root.find("profiles")
+    return (
+        {user.tag: user for user in users if user.get("remove") is None},
+        {profile.tag: profile for profile in (profiles if profiles is not None else [])},
+        users,
+    )
+
+
+def _grants(user: ET.Element) -> list[str]:
+    return [" ".join((query.text or "").split()) for query in user.findall("grants/query")]
+
+
+def test_clickhouse_users_are_least_privilege(
+    services: dict[str, dict[str, Any]], env: dict[str, str]
+) -> None:
+    users, profiles, declared = _clickhouse_users()
+    database = Settings.from_env(_environment(services["worker"])).database
+    assert set(users) == {"faultstream_writer", "faultstream_reader"}
+    assert _grants(users["faultstream_writer"]) == [f"GRANT INSERT, SELECT ON {database}.*"]
+    assert _grants(users["faultstream_reader"]) == [f"GRANT SELECT ON {database}.*"]
+    # The reader's profile refuses writes and DDL even if a grant were widened by mistake.
+    reader_profile = profiles[users["faultstream_reader"].findtext("profile", "")]
+    assert reader_profile.findtext("readonly") == "2"
+    for name, user in users.items():
+        assert user.find("access_management") is None, f"{name} must not manage users"
+        assert user.findtext("networks/ip"), f"{name}: no networks"
+    # No passwordless user: `default` is removed, and every password comes from the container's
+    # environment, which compose fills from a variable without a default.
+    assert [u.tag for u in declared if u.get("remove") == "remove"] == ["default"]
+    clickhouse = _environment(services["clickhouse"])
+    raw_env = {k: v for k, v in (services["clickhouse"].get("environment") or {}).items()}
+    for name, user in users.items():
+        [password] = [e for e in user if e.tag.startswith("password")]
+        assert password.tag == "password" and not (password.text or "").strip(), f"{name}: password in clear"
+        variable = password.get("from_env")
+        assert clickhouse.get(variable), f"{name}: {variable} not set in the container"
+        assert variable in SECRETS, f"{name}: {variable} must be a secret without a default"
+        assert raw_env[variable] == clickhouse[variable]
+    passwords = [clickhouse["CLICKHOUSE_PASSWORD"]] + [
+        clickhouse[u.find("password").get("from_env")]
+        for u in users.values()  # type: ignore[union-attr]
+    ]
+    assert len(set(passwords)) == len(passwords), "the example gives each user its own password"
+    # The admin is the image's user (CLICKHOUSE_USER replaces `default`), used by init and healthcheck only.
+    assert clickhouse["CLICKHOUSE_USER"] == env["CLICKHOUSE_ADMIN_USER"] != "default"
+    assert clickhouse["CLICKHOUSE_PASSWORD"] == env["CLICKHOUSE_ADMIN_PASSWORD"]
+    mounts = _mounts(services["clickhouse"])
+    assert mounts["/etc/clickhouse-server/users.d/faultstream-users.xml"] == CLICKHOUSE_USERS.resolve()
+    assert ":ro" in " ".join(services["clickhouse"]["volumes"])
+
+
+def test_clickhouse_grants_parse_as_clickhouse_sql() -> None:
+    """The grant queries, parsed by the ClickHouse engine itself (chdb's EXPLAIN AST, in a
+    process of its own: chdb allows one store per process and the session has one)."""
+    users, _profiles, _ = _clickhouse_users()
+    queries = [f"{grant} TO {name}" for name, user in users.items() for grant in _grants(user)]
+    script = (
+        "import sys, chdb\n"
+        "for q in sys.argv[1:]:\n"
+        "    assert 'GrantQuery' in str(chdb.query('EXPLAIN AST ' + q, 'CSV')), q\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script, *queries], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
 
 
 # --- Prometheus ---------------------------------------------------------------------------------
@@ -588,8 +672,10 @@ def test_grafana_datasources(services: dict[str, dict[str, Any]], raw: dict[str,
     text = "".join(p.read_text(encoding="utf-8") for p in GRAFANA_PROVISIONING.rglob("*.y*ml"))
     assert _variables(text) <= grafana.keys()
     ch_server = _environment(services["clickhouse"])
-    assert grafana["CLICKHOUSE_USER"] == ch_server["CLICKHOUSE_USER"]
-    assert grafana["CLICKHOUSE_PASSWORD"] == ch_server["CLICKHOUSE_PASSWORD"]
+    # Grafana reads as the read-only user of clickhouse/users.d, never as the admin or the writer.
+    assert grafana["CLICKHOUSE_READER_USER"] == "faultstream_reader"
+    assert grafana["CLICKHOUSE_READER_PASSWORD"] == ch_server["CLICKHOUSE_READER_PASSWORD"]
+    assert "CLICKHOUSE_USER" not in grafana and "CLICKHOUSE_PASSWORD" not in grafana
     assert grafana["CLICKHOUSE_DATABASE"] == Settings.from_env(_environment(services["worker"])).database
     assert "secureJsonData" in clickhouse and "password" not in data, "the password is secure JSON"
 

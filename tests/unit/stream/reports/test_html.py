@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from stream.reports.html import render_html, write_html
-from stream.reports.text import PAPER_RF, _redact
+from stream.reports.text import PAPER_RF
+from stream.sinks.store import redact_dsn
 
 HOSTILE = '<script>alert("x")</script>&'
 
@@ -201,4 +202,4 @@ def test_write_html_replaces_the_file_whole(tmp_path: Path) -> None:
     ],
 )
 def test_the_store_is_named_without_its_password(dsn: str, shown: str) -> None:
-    assert _redact(dsn) == shown
+    assert redact_dsn(dsn) == shown
