@@ -102,6 +102,15 @@ class Settings:
         "faultstream.checkpoints",
         "Internal compacted topic of the workers' detector-state checkpoints, one per input partition.",
     )
+    topic_fleet: str = setting(
+        "faultstream.fleet",
+        "Internal topic (one partition): what each input partition hands the fleet stage (facts for "
+        "the lemon statistics and the storm baseline, failed jobs, its event-time horizon).",
+    )
+    topic_fleet_baselines: str = setting(
+        "faultstream.fleet-baselines",
+        "Internal topic (one partition): the fleet stage's storm baselines, read by every worker.",
+    )
     topic_partitions: int = setting(
         8,
         "Partitions of the xid, ecc, jobs-by-node, incident and checkpoint topics (the most workers "

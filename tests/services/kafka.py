@@ -233,7 +233,17 @@ async def consume(
         await consumer.stop()
 
 
-TOPIC_SETTINGS = ("XID", "ECC", "JOBS", "JOBS_BY_NODE", "INCIDENTS", "DEAD_LETTERS", "CHECKPOINTS")
+TOPIC_SETTINGS = (
+    "XID",
+    "ECC",
+    "JOBS",
+    "JOBS_BY_NODE",
+    "INCIDENTS",
+    "DEAD_LETTERS",
+    "CHECKPOINTS",
+    "FLEET",
+    "FLEET_BASELINES",
+)
 
 
 def deployment_env(bootstrap: str, prefix: str, partitions: int, **extra: str) -> dict[str, str]:
