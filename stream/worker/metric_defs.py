@@ -34,6 +34,7 @@ MetricName = Literal[
     "faultstream_uncommitted",
     "faultstream_merge_held_records",
     "faultstream_commits",
+    "faultstream_fleet_behind",
 ]
 
 
@@ -103,6 +104,11 @@ METRICS: dict[MetricName, MetricDef] = {
         ("partition",),
     ),
     "faultstream_commits": MetricDef("counter", "Commit points (flush, publish, checkpoint, ack)."),
+    "faultstream_fleet_behind": MetricDef(
+        "gauge",
+        "Messages of the fleet topic the fleet stage has not applied yet (only the worker that "
+        "owns input partition 0 runs the stage; 0 elsewhere).",
+    ),
 }
 
 _SUFFIXES: dict[MetricKind, tuple[str, ...]] = {

@@ -337,6 +337,8 @@ class WorkerRuntime:
         jobs = self.topics.jobs
         jobs_partitions = [TP(jobs, p) for p in range(consumer.topic_partitions(jobs) or 1)]
         inputs = [tp for tp in consumer.assignment() if tp.topic in self.topics.kinds]
+        if 0 in self.partitions and self.topics.fleet is not None:
+            inputs.append(TP(self.settings.topic_fleet, 0))  # how far the fleet stage has to go
         try:
             committed = await self.broker.committed(self.settings.worker_app_id, jobs_partitions)
             # One request for both, after the committed offsets (a jobs message arriving between
@@ -370,8 +372,16 @@ class WorkerRuntime:
     async def _run_fleet_stage(self) -> None:
         """The owner of input partition 0 runs the fleet stage: apply what the partitions handed
         over, into partition 0's batch; publish new storm baselines."""
+        if self.topics.fleet is None or self.app.rebalancing:
+            return
         state = self.partitions.get(0)
-        if state is None or state.fleet is None or self.topics.fleet is None:
+        if state is None:
+            if not any(
+                tp.partition == 0 and tp.topic in self.topics.kinds for tp in self.app.consumer.assignment()
+            ):
+                return
+            state = await self._partition_state(0)  # ours, if it has no records yet: the stage still runs
+        if state.fleet is None:
             return
         try:
             found = await self._fleet_reader.read(state.fleet_offset)
@@ -536,6 +546,10 @@ class WorkerRuntime:
         await self._watch_for_stalls()
         for state in list(self.partitions.values()):
             await self._release(state)
+        fleet_state = self.partitions.get(0)
+        fleet_end = self._ends.get(TP(self.settings.topic_fleet, 0))
+        behind = 0 if fleet_state is None or fleet_end is None else fleet_end - fleet_state.fleet_offset
+        self.metrics.fleet_behind.set(max(behind, 0))
         for number, state in self.partitions.items():
             self.metrics.uncommitted.labels(str(number)).set(state.uncommitted + int(state.changed))
             self.metrics.held_back.labels(str(number)).set(len(state.merger))

@@ -59,7 +59,7 @@ def test_any_partitioning_gives_the_embedded_results(
     members = [Worker(env, tmp_path / f"store{n}", tmp_path / f"worker{n}.log") for n in range(workers)]
     try:
         deadline = time.monotonic() + 120
-        while not all(m.metric("faultstream_commits_total", before_start=-1) == 0 for m in members):
+        while not all(m.metric("faultstream_commits_total", before_start=-1) >= 0 for m in members):
             assert time.monotonic() < deadline, "the workers did not start in 120 s"
             time.sleep(0.5)
         time.sleep(3)
