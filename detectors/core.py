@@ -265,8 +265,11 @@ class DetectionCore:
 
     def ready_for(self, ts_ms: int) -> bool:
         """Whether a record at ``ts_ms`` can be processed now: with a fleet stage elsewhere, only
-        once the storm baseline of its period was learnt."""
-        return self.fleet is not None or self.baseline_needed_ms(ts_ms) in self._baselines
+        once the storm baseline of its period was learnt (a late record is refused anyway)."""
+        if self.fleet is not None or self.baseline_needed_ms(ts_ms) in self._baselines:
+            return True
+        watermark = self.watermark_ms
+        return watermark is not None and ts_ms < watermark
 
     def learn_baselines(self, baselines: dict[int, float]) -> None:
         """Storm baselines from a fleet stage elsewhere: period start (ms) -> usual burst."""
