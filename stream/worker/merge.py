@@ -90,13 +90,13 @@ class EventTimeMerger(Generic[T]):
         """
         return [(source, ts_ms, item) for ts_ms, source, _, item in sorted(self._heap)]
 
-    def release(self, ready: Callable[[int], bool] | None = None) -> Iterator[T]:
+    def release(self, ready: Callable[[int, T], bool] | None = None) -> Iterator[T]:
         """Items whose event time is at or before the low watermark, in order; with ``ready``,
-        only as long as ``ready(event time)`` says the next one may go (the rest stay held, in
-        their order)."""
+        only as long as ``ready(event time, item)`` says the next one may go (the rest stay held,
+        in their order)."""
         watermark = self.low_watermark()
         heap = self._heap
         while heap and watermark is not None and heap[0][0] <= watermark:
-            if ready is not None and not ready(heap[0][0]):
+            if ready is not None and not ready(heap[0][0], heap[0][3]):
                 return
             yield heapq.heappop(heap)[3]

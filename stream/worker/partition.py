@@ -124,12 +124,12 @@ class PartitionWorker:
             self.changed = True
         return late
 
-    def _ready(self, ts_ms: int) -> bool:
-        """Whether the record at ``ts_ms`` the merge would release next can go to the core: the
-        core's watermark moves to it first (so its horizon does, for the fleet stage), then it
-        waits, if it must, for the storm baseline of its period."""
+    def _ready(self, ts_ms: int, record: Record) -> bool:
+        """Whether the record the merge would release next can go to the core: the core's
+        watermark moves to it first (so its horizon does, for the fleet stage), then it waits,
+        if it must, for the storm baseline of its period."""
         self.core.advance(ts_ms)
-        return self.core.ready_for(ts_ms)
+        return self.core.ready_for(record)
 
     def learn_baselines(self, baselines: dict[int, float]) -> None:
         """Storm baselines from the fleet stage."""
