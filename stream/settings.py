@@ -141,6 +141,12 @@ class Settings:
         "the event-time merge. Lower it (0.5) for live low latency; higher is safer for replays whose "
         "topics are published unevenly.",
     )
+    worker_fleet_idle_seconds: float = setting(
+        30.0,
+        "Worker: an input partition with nothing left to read tells the fleet stage not to wait for it "
+        "after this long (records it gets later that are older than the stage's horizon are not "
+        "counted in the fleet statistics); long enough for a replay's publisher to reach every partition.",
+    )
     metrics_port: int = setting(
         9464, "Worker: port of the Prometheus metrics endpoint (`/metrics`); 0 turns it off."
     )

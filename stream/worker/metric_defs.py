@@ -35,6 +35,7 @@ MetricName = Literal[
     "faultstream_merge_held_records",
     "faultstream_commits",
     "faultstream_fleet_behind",
+    "faultstream_fleet_idle_pending",
 ]
 
 
@@ -108,6 +109,11 @@ METRICS: dict[MetricName, MetricDef] = {
         "gauge",
         "Messages of the fleet topic the fleet stage has not applied yet (only the worker that "
         "owns input partition 0 runs the stage; 0 elsewhere).",
+    ),
+    "faultstream_fleet_idle_pending": MetricDef(
+        "gauge",
+        "Input partitions with nothing to read that have not told the fleet stage so yet (they do "
+        "after FAULTSTREAM_WORKER_FLEET_IDLE_SECONDS).",
     ),
 }
 

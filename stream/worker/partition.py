@@ -55,6 +55,8 @@ class PartitionWorker:
     #: The horizon last handed over, and whether the stage was last told there is nothing to read.
     handed_horizon_ms: int | None = None
     announced_idle: bool = False
+    #: Monotonic time since which the partition has had nothing to read (None: it has).
+    drained_since: float | None = None
     #: Partition 0 only: the fleet stage it runs, and the next offset of the fleet topic to read.
     fleet: FleetCore | None = None
     fleet_offset: int = 0

@@ -132,6 +132,7 @@ class WorkerRuntime:
         self._new_baselines: dict[int, float] = {}
         self._fleet_reader = PartitionReader(settings.kafka_bootstrap, settings.topic_fleet)
         self._idle_announced: set[int] = set()  # assigned partitions without state, said idle
+        self._empty_since: dict[int, float] = {}  # those, since when they have had nothing to read
         self._last_refresh = 0.0
         self._last_stall_check = time.monotonic()
         self._stalls: dict[Any, int] = {}  # partition -> stall checks in a row without a delivery
@@ -423,25 +424,39 @@ class WorkerRuntime:
         them: ours with nothing pending, and assigned ones that never delivered anything."""
         if self.topics.fleet is None or self.app.rebalancing:
             return
+        pending = 0
         for state in list(self.partitions.values()):
+            idle = self._fleet_idle(state)
+            pending += int(state.drained_since is not None and not idle and not state.announced_idle)
             if (
-                not state.announced_idle
+                idle
+                and not state.announced_idle
                 and not state.fleet_facts
                 and not state.fleet_jobs
                 and state.fleet_horizon_ms == state.handed_horizon_ms
-                and self._partition_idle(state)
             ):
                 await self.commit_point.hand_over(state, idle=True)
         committed = committed_offsets(self.app.consumer)
         numbers = {tp.partition for tp in self.app.consumer.assignment() if tp.topic in self.topics.kinds}
+        now = time.monotonic()
         for number in sorted(numbers - set(self.partitions) - self._idle_announced):
-            if self._jobs_rekeyed and all(
-                self._caught_up(topic, number, (committed.get(TP(topic, number)) or 0) - 1)
-                for topic in self.topics.kinds
+            if not (
+                self._jobs_rekeyed
+                and all(
+                    self._caught_up(topic, number, (committed.get(TP(topic, number)) or 0) - 1)
+                    for topic in self.topics.kinds
+                )
             ):
-                for value in encode_fleet_messages(number, None, [], [], idle=True):
-                    await (await self.topics.fleet.send(value=value, partition=0))
-                self._idle_announced.add(number)
+                self._empty_since.pop(number, None)
+                continue
+            since = self._empty_since.setdefault(number, now)
+            if now - since < self.settings.worker_fleet_idle_seconds:
+                pending += 1
+                continue
+            for value in encode_fleet_messages(number, None, [], [], idle=True):
+                await (await self.topics.fleet.send(value=value, partition=0))
+            self._idle_announced.add(number)
+        self.metrics.fleet_idle_pending.set(pending)
 
     # -- dead letters -----------------------------------------------------------------------
 
@@ -514,13 +529,24 @@ class WorkerRuntime:
 
     async def commit(self, state: PartitionWorker) -> None:
         """Reach the partition's commit point (:mod:`stream.worker.commit`)."""
-        await self.commit_point.commit(state, self._still_ours(state), self._partition_idle(state))
+        await self.commit_point.commit(state, self._still_ours(state), self._fleet_idle(state))
 
     def _partition_idle(self, state: PartitionWorker) -> bool:
-        """Nothing held and nothing left to read: the fleet stage need not wait for it."""
+        """Nothing held and nothing left to read."""
         return len(state.merger) == 0 and all(
             self._source_drained(state.partition, source) for source in self._sources
         )
+
+    def _fleet_idle(self, state: PartitionWorker) -> bool:
+        """Whether the fleet stage need not wait for the partition: it has had nothing to read for
+        ``worker_fleet_idle_seconds`` (a replay's publisher reaches every partition well within it)."""
+        if not self._partition_idle(state):
+            state.drained_since = None
+            return False
+        now = time.monotonic()
+        if state.drained_since is None:
+            state.drained_since = now
+        return now - state.drained_since >= self.settings.worker_fleet_idle_seconds
 
     # -- the timer --------------------------------------------------------------------------
 

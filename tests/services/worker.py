@@ -176,6 +176,7 @@ def wait_until_caught_up(
                     "faultstream_merge_held_records",
                     "faultstream_uncommitted",
                     "faultstream_fleet_behind",
+                    "faultstream_fleet_idle_pending",
                 )
             ]
             if not any(pending):
