@@ -77,9 +77,19 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 CLI = [sys.executable, "-m", "stream.cli"]
 INPUTS = ("kernel.log", "sacct.txt", "dcgm.prom")
-TOPIC_SETTINGS = ("XID", "ECC", "JOBS", "JOBS_BY_NODE", "INCIDENTS", "DEAD_LETTERS", "CHECKPOINTS")
+TOPIC_SETTINGS = (
+    "XID",
+    "ECC",
+    "JOBS",
+    "JOBS_BY_NODE",
+    "INCIDENTS",
+    "DEAD_LETTERS",
+    "CHECKPOINTS",
+    "FLEET",
+    "FLEET_BASELINES",
+)
 #: Topics every worker run gets afresh (the worker writes them; a second run must not read the first's).
-PER_RUN_TOPICS = ("JOBS_BY_NODE", "INCIDENTS", "DEAD_LETTERS", "CHECKPOINTS")
+PER_RUN_TOPICS = ("JOBS_BY_NODE", "INCIDENTS", "DEAD_LETTERS", "CHECKPOINTS", "FLEET", "FLEET_BASELINES")
 POLL_SECONDS = 0.2
 #: The topic a Faust app (worker or decode-only agent) creates for its group's leader election.
 FAUST_LEADER_TOPIC = "{}-__assignor-__leader"

@@ -278,10 +278,28 @@ class DetectionCore:
         if self.max_event_ms is None or ts_ms > self.max_event_ms:
             self._advance_to(ts_ms)
 
-    def ready_for(self, ts_ms: int) -> bool:
-        """Whether a record at ``ts_ms`` can be processed now: with a fleet stage elsewhere, only
-        once the storm baseline of its period was learnt."""
-        return self.fleet is not None or self.baseline_needed_ms(ts_ms) in self._baselines
+    def ready_for(self, record: XidEvent | EccSample | JobEvent) -> bool:
+        """Whether ``record`` can be processed now. With a fleet stage elsewhere, an XID that could
+        make a storm waits for the storm baseline of its period; everything else goes at once (a
+        late record is refused anyway)."""
+        if self.fleet is not None or self.baseline_needed_ms(record.ts_ms) in self._baselines:
+            return True
+        watermark = self.watermark_ms
+        if watermark is not None and record.ts_ms < watermark:
+            return True
+        return not self._may_storm(record)
+
+    def _may_storm(self, record: XidEvent | EccSample | JobEvent) -> bool:
+        """Whether the storm score of ``record`` can depend on the fleet's baseline: only an XID
+        that brings its GPU's window count to the storm floor (below it, no baseline makes a
+        storm: the score is at most ``count / min_events``)."""
+        if not isinstance(record, XidEvent) or classify_xid(record.xid).category is XidCategory.NVLINK:
+            return False
+        model = self._storms.get((record.cluster, record.node, record.gpu_key))
+        if model is None:
+            return self.config.storm_min_events <= 1
+        scorer = cast(XidStormScorer, model.anomaly_detector)
+        return scorer.window_count(record.ts_ms / HOUR_MS) + 1 >= scorer.min_events
 
     def learn_baselines(self, baselines: dict[int, float]) -> None:
         """Storm baselines from a fleet stage elsewhere: period start (ms) -> usual burst."""
@@ -506,7 +524,9 @@ class DetectionCore:
         model = self._storms.get(key)
         if model is None:
             model = self._storms[key] = self._storm_template.clone()
-        usual = self._storm_baseline(event.ts_ms)
+        # Below the storm floor no baseline makes a storm: a core without its period's baseline
+        # yet (the fleet stage is elsewhere) scores such an XID without it.
+        usual = self._storm_baseline(event.ts_ms) if self._may_storm(event) else 0.0
         x: dict[Any, Any] = {"t": event.ts_ms / HOUR_MS, "fleet_usual": usual}
         score = model.score_one(x)
         storming = model.is_anomaly(score)

@@ -177,7 +177,7 @@ class FleetCore:
     {}
     >>> fleet.advance(1, 25)
     >>> fleet.drain().baselines    # from 20 on: the peaks finished before 10, and so on
-    {10: 0.0, 20: 40.0, 30: 40.0}
+    {0: 0.0, 10: 0.0, 20: 40.0, 30: 40.0}
     >>> fleet.baseline(0), fleet.baseline(20), fleet.baseline(40)
     (0.0, 40.0, None)
     """
@@ -298,7 +298,10 @@ class FleetCore:
                 # The peaks finished before boundary b make the baseline of the period after the
                 # next (from b + period): a core needs it only once the fleet's horizon passed b.
                 if self._first_boundary_ms is None:
+                    # The fleet's first period (and the next, below) have no finished burst before
+                    # them; a core whose first records fall in it needs that said too.
                     self._first_boundary_ms = instant
+                    self._baselines[instant] = self._out.baselines[instant] = 0.0
                 value = exact_quantile(self._peaks, self.config.baseline_quantile)
                 self._baselines[instant + period] = self._out.baselines[instant + period] = value
                 self._next_boundary_ms = instant + period

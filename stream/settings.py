@@ -142,6 +142,15 @@ class Settings:
         "faultstream.checkpoints",
         "Internal compacted topic of the workers' detector-state checkpoints, one per input partition.",
     )
+    topic_fleet: str = setting(
+        "faultstream.fleet",
+        "Internal topic (one partition): what each input partition hands the fleet stage (facts for "
+        "the lemon statistics and the storm baseline, failed jobs, its event-time horizon).",
+    )
+    topic_fleet_baselines: str = setting(
+        "faultstream.fleet-baselines",
+        "Internal topic (one partition): the fleet stage's storm baselines, read by every worker.",
+    )
     topic_partitions: int = setting(
         8,
         "Partitions of the xid, ecc, jobs-by-node, incident and checkpoint topics (the most workers "
@@ -171,6 +180,12 @@ class Settings:
         "Worker: an input partition silent this long, with nothing left to read, no longer holds back "
         "the event-time merge. Lower it (0.5) for live low latency; higher is safer for replays whose "
         "topics are published unevenly.",
+    )
+    worker_fleet_idle_seconds: float = setting(
+        30.0,
+        "Worker: an input partition with nothing left to read tells the fleet stage not to wait for it "
+        "after this long (records it gets later that are older than the stage's horizon are not "
+        "counted in the fleet statistics); long enough for a replay's publisher to reach every partition.",
     )
     metrics_port: int = setting(
         9464, "Worker: port of the Prometheus metrics endpoint (`/metrics`); 0 turns it off."

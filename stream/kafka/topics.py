@@ -22,6 +22,11 @@ dead-letters           source     delete, 30 days: to repair and replay by hand
 checkpoints            partition  compact: the newest detector-state checkpoint of each input
                                   partition is all a restarting worker needs; messages up to
                                   64 MiB (the state of ~12,000 nodes per partition, compressed)
+fleet                  partition  delete by size, ONE partition: each input partition's facts for
+                                  the fleet stage (:mod:`detectors.fleet`), read by the owner of
+                                  input partition 0, which runs the stage
+fleet-baselines        period     delete by size, ONE partition: the stage's storm baselines (a
+                                  few a day), read whole by every worker
 =====================  =========  ===============================================================
 
 Message timestamps are the records' event times (``CreateTime``), so a replay of history
@@ -76,6 +81,8 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
             replication,
             {"cleanup.policy": "delete", "retention.ms": str(30 * DAY_MS)},
         ),
+        TopicSpec(settings.topic_fleet, 1, replication, raw),
+        TopicSpec(settings.topic_fleet_baselines, 1, replication, raw),
         TopicSpec(
             settings.topic_checkpoints,
             partitions,

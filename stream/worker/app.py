@@ -20,8 +20,12 @@ checks that each input partition's messages arrive contiguously; a gap, or a par
 to read that has delivered nothing for 15 s, is read again from its first offset not applied
 (logged, and counted in ``faultstream_input_rereads_total``).
 
-Known limit: the storm detector's fleet quantile and the lemon statistics see the nodes of one
-partition, so with several partitions their thresholds can differ from a single-partition run's.
+What needs the whole fleet (lemon verdicts, the storm baseline, one attribution per failed job)
+is the fleet stage's (:mod:`detectors.fleet`): every partition hands it facts at its commit points
+over the ``fleet`` topic; the owner of input partition 0 runs it (its state is in partition 0's
+checkpoint) and publishes the storm baselines on ``fleet-baselines``, which every worker reads. A
+partition holds a record whose period's baseline is not known yet (at most about a day ahead of
+the slowest partition), so the results do not depend on the partitioning.
 """
 
 from __future__ import annotations
@@ -119,6 +123,8 @@ def build_app(settings: Settings, security: KafkaSecurity | None = None) -> faus
         jobs_by_node=app.topic(settings.topic_jobs_by_node, **_RAW),
         incidents=app.topic(settings.topic_incidents, **_RAW),
         dead_letters=app.topic(settings.topic_dead_letters, **_RAW),
+        fleet=app.topic(settings.topic_fleet, **_RAW),
+        fleet_baselines=app.topic(settings.topic_fleet_baselines, **_RAW),
     )
     metrics = WorkerMetrics()
 

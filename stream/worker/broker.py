@@ -13,7 +13,37 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-__all__ = ["BrokerQueries"]
+__all__ = ["BrokerQueries", "PartitionReader"]
+
+
+class PartitionReader:
+    """Reads one partition from a given offset, outside any consumer group (the fleet topics)."""
+
+    def __init__(self, kafka: dict[str, Any], topic: str, partition: int = 0) -> None:
+        #: aiokafka keyword arguments (:func:`stream.kafka.security.client_options`).
+        self.kafka = kafka
+        self.tp = TopicPartition(topic, partition)
+        self._consumer: AIOKafkaConsumer | None = None
+        self._next: int | None = None
+
+    async def read(self, offset: int, timeout_ms: int = 0) -> list[tuple[int, bytes]]:
+        """Messages from ``offset`` on that have been fetched (waiting up to ``timeout_ms``), as
+        (offset, value); the next call continues from ``offset`` plus what this one returned."""
+        if self._consumer is None:
+            consumer = AIOKafkaConsumer(**self.kafka, enable_auto_commit=False, auto_offset_reset="earliest")
+            await consumer.start()
+            consumer.assign([self.tp])
+            self._consumer = consumer
+        if self._next != offset:
+            self._consumer.seek(self.tp, offset)
+        batch = (await self._consumer.getmany(self.tp, timeout_ms=timeout_ms)).get(self.tp, [])
+        found = [(message.offset, message.value or b"") for message in batch]
+        self._next = found[-1][0] + 1 if found else offset
+        return found
+
+    async def close(self) -> None:
+        if self._consumer is not None:
+            await self._consumer.stop()
 
 
 class BrokerQueries:

@@ -29,6 +29,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from detectors.core import DetectionCore
+from detectors.fleet import FleetCore
 from schemas.records import EccSample, JobEvent, XidEvent
 from stream.kafka.topics import CHECKPOINT_MAX_BYTES
 
@@ -59,6 +60,9 @@ class PartitionCheckpoint:
     core: DetectionCore
     #: Records the event-time merge still held back: (source, event time ms, record).
     held: list[HeldRecord] = field(default_factory=list)
+    #: Input partition 0 only: the fleet stage, and the next offset of the fleet topic to read.
+    fleet: FleetCore | None = None
+    fleet_offset: int = 0
 
 
 def encode(checkpoint: PartitionCheckpoint) -> bytes:

@@ -5,14 +5,16 @@ Per input partition, every ``worker_flush_seconds`` or when its batch is full, i
 1. flush the partition's ClickHouse batch; on failure wait and retry with backoff, holding the
    agent (so Faust stops fetching: backpressure) and committing nothing;
 2. send the incident updates and dead letters of the batch, and wait for the broker's acks;
-3. write the partition's checkpoint (:mod:`stream.worker.checkpoints`) and wait for it;
-4. commit the partition's input offsets (past the last message applied).
+3. hand the fleet stage what the partition found for it since the last commit point (facts,
+   failed jobs, its horizon: :mod:`stream.kafka.fleet`), and wait for the acks;
+4. write the partition's checkpoint (:mod:`stream.worker.checkpoints`) and wait for it;
+5. commit the partition's input offsets (past the last message applied).
 
 Incident updates need not wait for the commit point: :meth:`CommitPoint.publish` does steps 1
 and 2 alone, at most ``worker_publish_seconds`` after an incident was decided (an SRE's pager is
 that much closer to the evidence); the checkpoint and the offsets still move only at commit points.
 
-A crash anywhere before 4 redoes the work from the previous checkpoint: ClickHouse rows are
+A crash anywhere before 5 redoes the work from the previous checkpoint: ClickHouse rows are
 idempotent (ReplacingMergeTree on deterministic ids), incident updates may reach the topic a
 second time with the same id and version (consumers keep the highest version per id). The jobs
 topic, whose messages are re-keyed rather than applied, is committed once every copy of a job
@@ -32,6 +34,7 @@ from typing import Any
 import orjson
 from faust.types import TP
 
+from stream.kafka.fleet import encode_fleet_messages
 from stream.sinks.clickhouse import ClickHouseSink, SinkFlushError, retry_delays
 from stream.sinks.dead_letters import KafkaDeadLetters
 from stream.worker.checkpoints import CheckpointTopic
@@ -64,6 +67,7 @@ class CommitPoint:
         incidents_topic: Any,
         checkpoints: CheckpointTopic,
         metrics: WorkerMetrics,
+        fleet_topic: Any = None,
     ) -> None:
         self.app = app
         self.sink = sink
@@ -71,6 +75,7 @@ class CommitPoint:
         self.incidents_topic = incidents_topic
         self.checkpoints = checkpoints
         self.metrics = metrics
+        self.fleet_topic = fleet_topic
         #: Monotonic time of the last failed flush: the agent waits then, so nothing is delivered.
         self.last_flush_failure = 0.0
 
@@ -113,12 +118,39 @@ class CommitPoint:
         state.last_publish = time.monotonic()
         return True
 
-    async def commit(self, state: PartitionWorker, still_ours: Callable[[], bool]) -> None:
-        """The partition's commit point: flush, send, checkpoint, then commit its input offsets."""
+    async def hand_over(self, state: PartitionWorker, idle: bool) -> None:
+        """Step 3: send the partition's facts, failed jobs and horizon to the fleet topic (and
+        whether it has nothing left to read), when any changed; wait for the acks."""
+        if self.fleet_topic is None:
+            return
+        if not (
+            state.fleet_facts
+            or state.fleet_jobs
+            or state.fleet_horizon_ms != state.handed_horizon_ms
+            or idle != state.announced_idle
+        ):
+            return
+        messages = encode_fleet_messages(
+            state.partition, state.fleet_horizon_ms, state.fleet_facts, state.fleet_jobs, idle=idle
+        )
+        deliveries = [await self.fleet_topic.send(value=value, partition=0) for value in messages]
+        await asyncio.gather(*deliveries)
+        state.fleet_facts, state.fleet_jobs = [], []
+        state.handed_horizon_ms = state.fleet_horizon_ms
+        state.announced_idle = idle
+
+    async def commit(
+        self, state: PartitionWorker, still_ours: Callable[[], bool], idle: bool = False
+    ) -> None:
+        """The partition's commit point: flush, send, hand over, checkpoint, then commit its input
+        offsets."""
         if not await self.publish(state, still_ours):
             return
         if not still_ours():
             return  # revoked while waiting: the new owner redoes this from the previous checkpoint
+        await self.hand_over(state, idle)
+        if not still_ours():
+            return
         size = await self.checkpoints.save(state.checkpoint())
         self.metrics.checkpoints_written.inc()
         self.metrics.checkpoint_bytes.labels(str(state.partition)).set(size)

@@ -55,6 +55,7 @@ class EventTimeMerger(Generic[T]):
     _heap: list[tuple[int, str, int, T]] = field(default_factory=list)
     _state: dict[str, _Source] = field(default_factory=dict)
     _arrivals: Iterator[int] = field(default_factory=itertools.count)
+    _started: bool = False
 
     def __post_init__(self) -> None:
         now = self.clock()
@@ -62,9 +63,16 @@ class EventTimeMerger(Generic[T]):
 
     def add(self, source: str, ts_ms: int, item: T) -> None:
         """Hold ``item`` of ``source`` at event time ``ts_ms``."""
+        now = self.clock()
+        if not self._started:
+            # The idle clock starts with the first record: a merger made before any arrived (the
+            # fleet stage's partition) must not find the other sources long silent at once.
+            self._started = True
+            for other in self._state.values():
+                other.last_seen = now
         state = self._state[source]
         state.newest_ms = max(state.newest_ms, ts_ms)
-        state.last_seen = self.clock()
+        state.last_seen = now
         heapq.heappush(self._heap, (ts_ms, source, next(self._arrivals), item))
 
     def low_watermark(self) -> int | None:
@@ -90,8 +98,13 @@ class EventTimeMerger(Generic[T]):
         """
         return [(source, ts_ms, item) for ts_ms, source, _, item in sorted(self._heap)]
 
-    def release(self) -> Iterator[T]:
-        """Items whose event time is at or before the low watermark, in order."""
+    def release(self, ready: Callable[[int, T], bool] | None = None) -> Iterator[T]:
+        """Items whose event time is at or before the low watermark, in order; with ``ready``,
+        only as long as ``ready(event time, item)`` says the next one may go (the rest stay held,
+        in their order)."""
         watermark = self.low_watermark()
-        while self._heap and watermark is not None and self._heap[0][0] <= watermark:
-            yield heapq.heappop(self._heap)[3]
+        heap = self._heap
+        while heap and watermark is not None and heap[0][0] <= watermark:
+            if ready is not None and not ready(heap[0][0], heap[0][3]):
+                return
+            yield heapq.heappop(heap)[3]

@@ -35,6 +35,8 @@ MetricName = Literal[
     "faultstream_uncommitted",
     "faultstream_merge_held_records",
     "faultstream_commits",
+    "faultstream_fleet_behind",
+    "faultstream_fleet_idle_pending",
 ]
 
 
@@ -110,6 +112,16 @@ METRICS: dict[MetricName, MetricDef] = {
         ("partition",),
     ),
     "faultstream_commits": MetricDef("counter", "Commit points (flush, publish, checkpoint, ack)."),
+    "faultstream_fleet_behind": MetricDef(
+        "gauge",
+        "Messages of the fleet topic the fleet stage has not applied yet (only the worker that "
+        "owns input partition 0 runs the stage; 0 elsewhere).",
+    ),
+    "faultstream_fleet_idle_pending": MetricDef(
+        "gauge",
+        "Input partitions with nothing to read that have not told the fleet stage so yet (they do "
+        "after FAULTSTREAM_WORKER_FLEET_IDLE_SECONDS).",
+    ),
 }
 
 _SUFFIXES: dict[MetricKind, tuple[str, ...]] = {

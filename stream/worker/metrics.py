@@ -46,6 +46,8 @@ class WorkerMetrics:
         self.consumer_lag = self._gauge("faultstream_consumer_lag")
         self.uncommitted = self._gauge("faultstream_uncommitted")
         self.held_back = self._gauge("faultstream_merge_held_records")
+        self.fleet_behind = self._gauge("faultstream_fleet_behind")
+        self.fleet_idle_pending = self._gauge("faultstream_fleet_idle_pending")
         self.commits = self._counter("faultstream_commits")
 
     def _counter(self, name: MetricName) -> Counter:

@@ -15,8 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from detectors.core import DetectionCore
+from detectors.fleet import FleetCore, FleetFact, JobPart
 from schemas.outputs import Incident
 from schemas.records import Record
+from stream.kafka.fleet import NodeOwner
 from stream.pipeline import RecordPipeline, RecordSink
 from stream.settings import Settings
 from stream.sinks.dead_letters import DeadLetterProducer
@@ -46,6 +48,18 @@ class PartitionWorker:
     last_publish: float = field(default_factory=time.monotonic)
     #: Whether the partition was behind a backlog when last looked at (it commits on catching up).
     behind: bool = False
+    #: What goes to the fleet stage at the next commit point (before the checkpoint).
+    fleet_facts: list[FleetFact] = field(default_factory=list)
+    fleet_jobs: list[JobPart] = field(default_factory=list)
+    fleet_horizon_ms: int | None = None
+    #: The horizon last handed over, and whether the stage was last told there is nothing to read.
+    handed_horizon_ms: int | None = None
+    announced_idle: bool = False
+    #: Monotonic time since which the partition has had nothing to read (None: it has).
+    drained_since: float | None = None
+    #: Partition 0 only: the fleet stage it runs, and the next offset of the fleet topic to read.
+    fleet: FleetCore | None = None
+    fleet_offset: int = 0
 
     @classmethod
     def start(
@@ -64,13 +78,24 @@ class PartitionWorker:
         merger: EventTimeMerger[Record] = EventTimeMerger(
             sources, idle_after=settings.worker_idle_seconds, clock=time.monotonic, drained=drained
         )
-        core = DetectionCore(settings.core_config()) if checkpoint is None else checkpoint.core
+        if checkpoint is None:
+            # The partition's core judges the nodes keyed to it; what needs the whole fleet is
+            # the fleet stage's, which the owner of partition 0 runs.
+            owner = NodeOwner(partition, settings.topic_partitions)
+            core = DetectionCore(settings.core_config(), owns=owner, local_fleet=False)
+        else:
+            core = checkpoint.core
         pipeline = RecordPipeline(core, sink, dead_letters, settings.allowed_lateness_seconds, partition)
         if checkpoint is None:
-            return cls(partition, pipeline, merger)
-        for source, ts_ms, record in checkpoint.held:
-            merger.add(source, ts_ms, record)
-        return cls(partition, pipeline, merger, dict(checkpoint.offsets))
+            state = cls(partition, pipeline, merger)
+        else:
+            for source, ts_ms, record in checkpoint.held:
+                merger.add(source, ts_ms, record)
+            state = cls(partition, pipeline, merger, dict(checkpoint.offsets))
+            state.fleet, state.fleet_offset = checkpoint.fleet, checkpoint.fleet_offset
+        if partition == 0 and state.fleet is None:
+            state.fleet = FleetCore(settings.core_config().fleet_config(), settings.topic_partitions)
+        return state
 
     @property
     def core(self) -> DetectionCore:
@@ -79,16 +104,35 @@ class PartitionWorker:
 
     def checkpoint(self) -> PartitionCheckpoint:
         """What a worker taking over this partition needs (only valid at a commit point)."""
-        return PartitionCheckpoint(self.partition, dict(self.applied), self.core, self.merger.held())
+        return PartitionCheckpoint(
+            self.partition, dict(self.applied), self.core, self.merger.held(), self.fleet, self.fleet_offset
+        )
 
     def process_released(self) -> int:
         """Run every record the merge releases through the pipeline; return how many were late."""
         late = 0
         where = f"partition {self.partition}"
-        for record in self.merger.release():
+        for record in self.merger.release(self._ready):
             self.changed = True
             if self.pipeline.apply(record, where) is not None:
                 late += 1
-        for incident in self.pipeline.drain().incidents:
+        emitted = self.pipeline.drain()
+        for incident in emitted.incidents:
             self.incidents[incident.incident_id] = incident
+        if emitted.facts or emitted.job_parts or emitted.fleet_horizon_ms != self.fleet_horizon_ms:
+            self.fleet_facts.extend(emitted.facts)
+            self.fleet_jobs.extend(emitted.job_parts)
+            self.fleet_horizon_ms = emitted.fleet_horizon_ms
+            self.changed = True
         return late
+
+    def _ready(self, ts_ms: int, record: Record) -> bool:
+        """Whether the record the merge would release next can go to the core: the core's
+        watermark moves to it first (so its horizon does, for the fleet stage), then it waits,
+        if it must, for the storm baseline of its period."""
+        self.core.advance(ts_ms)
+        return self.core.ready_for(record)
+
+    def learn_baselines(self, baselines: dict[int, float]) -> None:
+        """Storm baselines from the fleet stage."""
+        self.core.learn_baselines(baselines)

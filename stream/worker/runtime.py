@@ -20,9 +20,16 @@ from typing import Any
 from aiokafka.errors import KafkaError
 from faust.types import TP
 
+from detectors.core import Emitted
 from schemas.outputs import DeadLetter
 from schemas.records import InvalidRecord
 from stream.kafka.codec import decode_message, decode_record, message_lines, partition_for_key
+from stream.kafka.fleet import (
+    decode_baselines,
+    decode_fleet_message,
+    encode_baselines,
+    encode_fleet_messages,
+)
 from stream.kafka.security import client_options
 from stream.pipeline import store_dead_letter
 from stream.settings import Settings
@@ -34,7 +41,7 @@ from stream.sinks.dead_letters import (
     reason_class,
     to_dead_letter,
 )
-from stream.worker.broker import BrokerQueries
+from stream.worker.broker import BrokerQueries, PartitionReader
 from stream.worker.checkpoints import CheckpointTopic
 from stream.worker.commit import CommitPoint
 from stream.worker.diagnostics import committed_offsets, fetch_state, refetch
@@ -71,6 +78,8 @@ class WorkerTopics:
     jobs_by_node: Any
     incidents: Any
     dead_letters: Any
+    fleet: Any = None  #: the fleet stage's input (one partition)
+    fleet_baselines: Any = None  #: its storm baselines, read by every worker
 
 
 class WorkerRuntime:
@@ -103,7 +112,7 @@ class WorkerRuntime:
 
         self.dead_letters = KafkaDeadLetters(send_dead_letter)
         self.commit_point = CommitPoint(
-            app, sink, self.dead_letters, topics.incidents, self.checkpoints, metrics
+            app, sink, self.dead_letters, topics.incidents, self.checkpoints, metrics, topics.fleet
         )
         self.partitions: dict[int, PartitionWorker] = {}
         self.positions: InputPositions[Any] = InputPositions(time.monotonic)
@@ -117,6 +126,14 @@ class WorkerRuntime:
         #: Whether the group has committed every message of the jobs topic (re-keyed everywhere).
         self._jobs_rekeyed = False
         self.broker = BrokerQueries(client_options(settings))
+        #: The fleet stage's storm baselines (period start -> usual burst), as read so far.
+        self.baselines: dict[int, float] = {}
+        self._baseline_reader = PartitionReader(client_options(settings), settings.topic_fleet_baselines)
+        self._baselines_read = 0
+        self._new_baselines: dict[int, float] = {}
+        self._fleet_reader = PartitionReader(client_options(settings), settings.topic_fleet)
+        self._idle_announced: set[int] = set()  # assigned partitions without state, said idle
+        self._empty_since: dict[int, float] = {}  # those, since when they have had nothing to read
         self._last_refresh = 0.0
         self._last_stall_check = time.monotonic()
         self._stalls: dict[Any, int] = {}  # partition -> stall checks in a row without a delivery
@@ -283,6 +300,8 @@ class WorkerRuntime:
                 "partition %d: detector state restored from its checkpoint (%d bytes, offsets %s)",
                 number, size, checkpoint.offsets,
             )  # fmt: skip
+        state.learn_baselines(self.baselines)
+        self._idle_announced.discard(number)
         self.partitions[number] = state
         return state
 
@@ -320,6 +339,8 @@ class WorkerRuntime:
         jobs = self.topics.jobs
         jobs_partitions = [TP(jobs, p) for p in range(consumer.topic_partitions(jobs) or 1)]
         inputs = [tp for tp in consumer.assignment() if tp.topic in self.topics.kinds]
+        if 0 in self.partitions and self.topics.fleet is not None:
+            inputs.append(TP(self.settings.topic_fleet, 0))  # how far the fleet stage has to go
         try:
             committed = await self.broker.committed(self.settings.worker_app_id, jobs_partitions)
             # One request for both, after the committed offsets (a jobs message arriving between
@@ -334,6 +355,109 @@ class WorkerRuntime:
             done.get((tp.topic, tp.partition), 0) >= ends.get(tp, 0) for tp in jobs_partitions
         )
         self._ends.update(ends)
+
+    # -- the fleet stage ---------------------------------------------------------------------
+
+    async def _read_baselines(self) -> None:
+        """New storm baselines of the fleet stage (every worker reads the whole topic)."""
+        if self.topics.fleet_baselines is None:
+            return
+        try:
+            found = await self._baseline_reader.read(self._baselines_read)
+        except (AssertionError, KafkaError) as exc:
+            _log.info("fleet baselines not read: %r", exc)
+            return
+        if found:
+            self._baselines_read = found[-1][0] + 1
+            self._new_baselines.update(decode_baselines(value for _, value in found))
+
+    async def _run_fleet_stage(self) -> None:
+        """The owner of input partition 0 runs the fleet stage: apply what the partitions handed
+        over, into partition 0's batch; publish new storm baselines."""
+        if self.topics.fleet is None or self.app.rebalancing:
+            return
+        state = self.partitions.get(0)
+        if state is None:
+            if not any(
+                tp.partition == 0 and tp.topic in self.topics.kinds for tp in self.app.consumer.assignment()
+            ):
+                return
+            state = await self._partition_state(0)  # ours, if it has no records yet: the stage still runs
+        if state.fleet is None:
+            return
+        try:
+            found = await self._fleet_reader.read(state.fleet_offset)
+        except (AssertionError, KafkaError) as exc:
+            _log.info("fleet topic not read: %r", exc)
+            return
+        if not found:
+            return
+        fleet = state.fleet
+        for offset, value in found:
+            try:
+                message = decode_fleet_message(value)
+            except (ValueError, KeyError, TypeError) as exc:  # only workers write it: a bug
+                _log.error("%s/0 offset %d: unreadable, skipped: %r", self.settings.topic_fleet, offset, exc)
+                continue
+            fleet.add(message.partition, message.facts)
+            for part in message.jobs:
+                fleet.add_job(part)
+            if message.horizon_ms is not None:
+                fleet.advance(message.partition, message.horizon_ms)
+            if message.idle:
+                fleet.idle(message.partition)
+        state.fleet_offset = found[-1][0] + 1
+        state.changed = True
+        decided = fleet.drain()
+        state.pipeline.sink.add_emitted(
+            Emitted(incidents=decided.incidents, attributions=decided.attributions, mttf=decided.mttf),
+            state.partition,
+        )
+        for incident in decided.incidents:
+            state.incidents[incident.incident_id] = incident
+        if decided.baselines:
+            delivery = await self.topics.fleet_baselines.send(value=encode_baselines(decided.baselines))
+            await delivery
+            self._new_baselines.update(decided.baselines)
+
+    async def _announce_idle(self) -> None:
+        """Tell the fleet stage about partitions with nothing to read, so it does not wait for
+        them: ours with nothing pending, and assigned ones that never delivered anything."""
+        if self.topics.fleet is None or self.app.rebalancing:
+            return
+        pending = 0
+        for state in list(self.partitions.values()):
+            idle = self._fleet_idle(state)
+            pending += int(state.drained_since is not None and not idle and not state.announced_idle)
+            if (
+                idle
+                and not state.announced_idle
+                and not state.fleet_facts
+                and not state.fleet_jobs
+                and state.fleet_horizon_ms == state.handed_horizon_ms
+            ):
+                await self.commit_point.hand_over(state, idle=True)
+        committed = committed_offsets(self.app.consumer)
+        numbers = {tp.partition for tp in self.app.consumer.assignment() if tp.topic in self.topics.kinds}
+        now = time.monotonic()
+        for number in sorted(numbers - set(self.partitions) - self._idle_announced):
+            if not (
+                self._jobs_rekeyed
+                and all(
+                    self._caught_up(topic, number, (committed.get(TP(topic, number)) or 0) - 1)
+                    for topic in self.topics.kinds
+                )
+            ):
+                self._empty_since.pop(number, None)
+                continue
+            since = self._empty_since.setdefault(number, now)
+            if now - since < self.settings.worker_fleet_idle_seconds:
+                pending += 1
+                continue
+            for value in encode_fleet_messages(number, None, [], [], idle=True):
+                await (await self.topics.fleet.send(value=value, partition=0))
+            self._idle_announced.add(number)
+        self.metrics.fleet_idle_pending.set(pending)
 
     # -- dead letters -----------------------------------------------------------------------
 
@@ -406,7 +530,24 @@ class WorkerRuntime:
 
     async def commit(self, state: PartitionWorker) -> None:
         """Reach the partition's commit point (:mod:`stream.worker.commit`)."""
-        await self.commit_point.commit(state, self._still_ours(state))
+        await self.commit_point.commit(state, self._still_ours(state), self._fleet_idle(state))
+
+    def _partition_idle(self, state: PartitionWorker) -> bool:
+        """Nothing held and nothing left to read."""
+        return len(state.merger) == 0 and all(
+            self._source_drained(state.partition, source) for source in self._sources
+        )
+
+    def _fleet_idle(self, state: PartitionWorker) -> bool:
+        """Whether the fleet stage need not wait for the partition: it has had nothing to read for
+        ``worker_fleet_idle_seconds`` (a replay's publisher reaches every partition well within it)."""
+        if not self._partition_idle(state):
+            state.drained_since = None
+            return False
+        now = time.monotonic()
+        if state.drained_since is None:
+            state.drained_since = now
+        return now - state.drained_since >= self.settings.worker_fleet_idle_seconds
 
     # -- the timer --------------------------------------------------------------------------
 
@@ -417,13 +558,25 @@ class WorkerRuntime:
         await self.commit_point.commit_rekeyed(self.topics.jobs, self._rekeyed, self._rekeyed_committed)
         await self._refresh_progress()
         await self._fetch_stall_ends()
+        await self._read_baselines()
 
     async def tick(self) -> None:
         """Under the lock, after :meth:`refresh`: read stalled partitions again, release what idle
         sources hold back, reach due commit points and refresh the gauges."""
+        if self._new_baselines:
+            new, self._new_baselines = self._new_baselines, {}
+            self.baselines.update(new)
+            for state in self.partitions.values():
+                state.learn_baselines(new)
+        await self._run_fleet_stage()
+        await self._announce_idle()
         await self._watch_for_stalls()
         for state in list(self.partitions.values()):
             await self._release(state)
+        fleet_state = self.partitions.get(0)
+        fleet_end = self._ends.get(TP(self.settings.topic_fleet, 0))
+        behind = 0 if fleet_state is None or fleet_end is None else fleet_end - fleet_state.fleet_offset
+        self.metrics.fleet_behind.set(max(behind, 0))
         for number, state in self.partitions.items():
             self.metrics.uncommitted.labels(str(number)).set(state.uncommitted + int(state.changed))
             self.metrics.held_back.labels(str(number)).set(len(state.merger))
@@ -501,3 +654,5 @@ class WorkerRuntime:
         if self.checkpoints_started:
             await self.checkpoints.stop()
         await self.broker.close()
+        await self._baseline_reader.close()
+        await self._fleet_reader.close()

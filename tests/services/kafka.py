@@ -238,7 +238,17 @@ async def consume(
         await consumer.stop()
 
 
-TOPIC_SETTINGS = ("XID", "ECC", "JOBS", "JOBS_BY_NODE", "INCIDENTS", "DEAD_LETTERS", "CHECKPOINTS")
+TOPIC_SETTINGS = (
+    "XID",
+    "ECC",
+    "JOBS",
+    "JOBS_BY_NODE",
+    "INCIDENTS",
+    "DEAD_LETTERS",
+    "CHECKPOINTS",
+    "FLEET",
+    "FLEET_BASELINES",
+)
 
 
 def deployment_env(bootstrap: str, prefix: str, partitions: int, **extra: str) -> dict[str, str]:
@@ -247,6 +257,8 @@ def deployment_env(bootstrap: str, prefix: str, partitions: int, **extra: str) -
     env = {
         "FAULTSTREAM_KAFKA_BOOTSTRAP": bootstrap,
         "FAULTSTREAM_TOPIC_PARTITIONS": str(partitions),
+        # Long enough for the tests' publishers to reach every partition, short for their ends.
+        "FAULTSTREAM_WORKER_FLEET_IDLE_SECONDS": "15",
         "FAULTSTREAM_WORKER_APP_ID": prefix,
         "FAULTSTREAM_METRICS_PORT": "0",  # tests that read metrics pick a free port
         **{f"FAULTSTREAM_TOPIC_{name}": f"{prefix}.{name.lower()}" for name in TOPIC_SETTINGS},

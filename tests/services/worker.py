@@ -172,7 +172,12 @@ def wait_until_caught_up(
             pending = [
                 worker.metric(name, before_start=1)
                 for worker in workers
-                for name in ("faultstream_merge_held_records", "faultstream_uncommitted")
+                for name in (
+                    "faultstream_merge_held_records",
+                    "faultstream_uncommitted",
+                    "faultstream_fleet_behind",
+                    "faultstream_fleet_idle_pending",
+                )
             ]
             if not any(pending):
                 return

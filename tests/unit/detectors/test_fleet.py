@@ -164,7 +164,7 @@ def partitioned(records: list[Record], partitions: int, seed: int) -> Outcome:
                 break
             record = queues[p][positions[p]]
             cores[p].advance(record.ts_ms)
-            if not cores[p].ready_for(record.ts_ms):
+            if not cores[p].ready_for(record):
                 break  # waits for the other cores' horizons
             cores[p].process(record)
             positions[p] += 1

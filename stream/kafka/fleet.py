@@ -1,0 +1,148 @@
+"""The fleet topics' messages: what input partitions hand the fleet stage, and its baselines.
+
+``fleet`` (one partition) carries, per input partition and commit point, one or more JSON
+messages ``{"partition": p, "horizon": ms | null, "idle": bool, "facts": [...], "jobs": [...]}``
+(:class:`detectors.fleet.FleetFact` as arrays, :class:`detectors.fleet.JobPart` as objects).
+``fleet-baselines`` (one partition) carries ``{"baselines": {"<period start ms>": value}}``.
+Both are internal: only workers write and read them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from detectors.attribution import HardwareEvent
+from detectors.fleet import FleetFact, JobPart
+from schemas.outputs import IncidentKind
+from schemas.records import JobState
+from stream.kafka.codec import partition_for_key
+
+__all__ = [
+    "FleetMessage",
+    "NodeOwner",
+    "decode_baselines",
+    "decode_fleet_message",
+    "encode_baselines",
+    "encode_fleet_messages",
+]
+
+#: Facts a message carries at most (a message stays far below the broker's 1 MiB limit).
+_FACTS_PER_MESSAGE = 2000
+_PARTS_PER_MESSAGE = 200
+
+
+@dataclass(frozen=True, slots=True)
+class NodeOwner:
+    """Whether a node is keyed to input partition ``partition`` of ``partitions`` (picklable: the
+    detection core keeps it, and the core goes into checkpoints).
+
+    >>> [NodeOwner(0, 4)(f"node{n:04d}") for n in range(1, 4)]
+    [True, False, True]
+    """
+
+    partition: int
+    partitions: int
+
+    def __call__(self, node: str) -> bool:
+        return partition_for_key(node.encode(), self.partitions) == self.partition
+
+
+@dataclass(slots=True)
+class FleetMessage:
+    """One input partition's hand-over to the fleet stage."""
+
+    partition: int
+    horizon_ms: int | None = None
+    idle: bool = False
+    facts: list[FleetFact] = field(default_factory=list)
+    jobs: list[JobPart] = field(default_factory=list)
+
+
+def _fact(fact: FleetFact) -> list[Any]:
+    return [fact.ts_ms, fact.kind, fact.node, fact.name, fact.key, fact.value, fact.cluster]
+
+
+def _part(part: JobPart) -> dict[str, Any]:
+    return {
+        "cluster": part.cluster,
+        "job_id": part.job_id,
+        "start_ms": part.start_ms,
+        "end_ms": part.end_ms,
+        "state": part.state.value,
+        "nodes": part.nodes,
+        "gpus": part.gpus,
+        "covered": part.covered,
+        "evidence": [[e.ts_ms, e.node, e.gpu, e.kind.value, e.xid] for e in part.evidence],
+    }
+
+
+def encode_fleet_messages(
+    partition: int,
+    horizon_ms: int | None,
+    facts: Sequence[FleetFact],
+    jobs: Sequence[JobPart],
+    *,
+    idle: bool = False,
+) -> Iterator[bytes]:
+    """The messages of one hand-over; the horizon rides on the last one (the stage must have
+    every fact before it moves the partition's horizon)."""
+    chunks = max((len(facts) + _FACTS_PER_MESSAGE - 1) // _FACTS_PER_MESSAGE,
+                 (len(jobs) + _PARTS_PER_MESSAGE - 1) // _PARTS_PER_MESSAGE, 1)  # fmt: skip
+    for chunk in range(chunks):
+        last = chunk == chunks - 1
+        yield orjson.dumps(
+            {
+                "partition": partition,
+                "horizon": horizon_ms if last else None,
+                "idle": idle and last,
+                "facts": [_fact(f) for f in facts[chunk * _FACTS_PER_MESSAGE :][:_FACTS_PER_MESSAGE]],
+                "jobs": [_part(p) for p in jobs[chunk * _PARTS_PER_MESSAGE :][:_PARTS_PER_MESSAGE]],
+            }
+        )
+
+
+def decode_fleet_message(value: bytes) -> FleetMessage:
+    """Read one ``fleet`` message (raises ValueError/KeyError/TypeError on anything else)."""
+    doc = orjson.loads(value)
+    facts = [
+        FleetFact(int(ts), str(kind), str(node), str(name), str(key), int(value), str(cluster))
+        for ts, kind, node, name, key, value, cluster in doc["facts"]
+    ]
+    jobs = [
+        JobPart(
+            cluster=j["cluster"],
+            job_id=j["job_id"],
+            start_ms=int(j["start_ms"]),
+            end_ms=int(j["end_ms"]),
+            state=JobState(j["state"]),
+            nodes=tuple(j["nodes"]),
+            gpus=int(j["gpus"]),
+            covered=tuple(j["covered"]),
+            evidence=tuple(
+                HardwareEvent(int(ts), node, gpu, IncidentKind(kind), None if xid is None else int(xid))
+                for ts, node, gpu, kind, xid in j["evidence"]
+            ),
+        )
+        for j in doc["jobs"]
+    ]
+    horizon = doc.get("horizon")
+    return FleetMessage(
+        int(doc["partition"]), None if horizon is None else int(horizon), bool(doc.get("idle")), facts, jobs
+    )
+
+
+def encode_baselines(baselines: dict[int, float]) -> bytes:
+    """A ``fleet-baselines`` message."""
+    return orjson.dumps({"baselines": {str(start): value for start, value in sorted(baselines.items())}})
+
+
+def decode_baselines(values: Iterable[bytes]) -> dict[int, float]:
+    """The baselines of ``fleet-baselines`` messages, later ones winning."""
+    found: dict[int, float] = {}
+    for value in values:
+        found.update({int(start): float(v) for start, v in orjson.loads(value)["baselines"].items()})
+    return found

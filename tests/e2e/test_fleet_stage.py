@@ -1,0 +1,81 @@
+"""Results that do not depend on the partitioning, on the real broker (SPEC 5, issue 12).
+
+A simulated cluster with lemon nodes and XID storms, published to 4 and to 8 partitions and
+worked by one, two or three workers (one of them joining mid-stream), must give the incidents,
+job attributions and MTTF rows of the embedded replay of the same files: the lemon verdicts, the
+storm baseline and the attribution of jobs spanning partitions are the fleet stage's, which sees
+the whole fleet whatever the partitioning.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from stream.kafka.codec import partition_for_key
+from tests.services import kafka
+from tests.services.worker import Worker, assert_same_results, cli, query, results, wait_until_caught_up
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, list[dict]], str]:
+    """A simulated 60-node cluster, 20 days, and what the embedded replay makes of it."""
+    folder = tmp_path_factory.mktemp("fleet")
+    sim = folder / "sim"
+    cli({}, "simulate", "--nodes", "60", "--days", "20", "--seed", "21", "--ecc-interval-minutes", "720",
+        "--out", str(sim))  # fmt: skip
+    store = folder / "embedded"
+    cli({}, "replay", str(sim / "kernel.log"), str(sim / "sacct.txt"), str(sim / "dcgm.prom"),
+        "--clickhouse", f"chdb://{store}", "--no-progress")  # fmt: skip
+    [last] = query(store, "SELECT toString(toStartOfHour(max(ts))) AS t FROM faultstream.xid_events")
+    expected = results([store], last["t"])
+    lemons = query(store, "SELECT DISTINCT node FROM faultstream.incidents FINAL WHERE kind = 'lemon_node'")
+    assert lemons, "the simulated cluster has no lemon verdict: nothing fleet-wide would be compared"
+    return sim, expected, last["t"]
+
+
+def publish(env: dict[str, str], sim: Path) -> None:
+    cli(env, "replay", str(sim / "kernel.log"), str(sim / "sacct.txt"), str(sim / "dcgm.prom"),
+        "--to", f"kafka://{env['FAULTSTREAM_KAFKA_BOOTSTRAP']}", "--no-progress")  # fmt: skip
+
+
+@pytest.mark.parametrize(("partitions", "workers"), [(4, 2), (8, 1)])
+def test_any_partitioning_gives_the_embedded_results(
+    bootstrap: str,
+    tmp_path: Path,
+    cluster: tuple[Path, dict[str, list[dict]], str],
+    partitions: int,
+    workers: int,
+) -> None:
+    sim, expected, before = cluster
+    prefix = f"fleet{partitions}x{workers}{uuid.uuid4().hex[:6]}"
+    env = kafka.deployment_env(bootstrap, prefix, partitions, FAULTSTREAM_DATA_DIR=str(tmp_path / "data"))
+    cli(env, "init-kafka")
+    members = [Worker(env, tmp_path / f"store{n}", tmp_path / f"worker{n}.log") for n in range(workers)]
+    try:
+        deadline = time.monotonic() + 120
+        while not all(m.metric("faultstream_commits_total", before_start=-1) >= 0 for m in members):
+            assert time.monotonic() < deadline, "the workers did not start in 120 s"
+            time.sleep(0.5)
+        time.sleep(3)
+        publish(env, sim)
+        wait_until_caught_up(env, members, timeout=420)
+    finally:
+        for member in members:
+            member.stop()
+    got = results([m.store for m in members], before)
+    assert_same_results(got, expected)
+    # The lemon nodes sit in partitions other than the one that runs the fleet stage, with a
+    # fraction of the fleet: their verdicts were still taken against all of it.
+    lemons = {
+        row["node"]
+        for m in members
+        for row in query(m.store, "SELECT node FROM faultstream.incidents FINAL WHERE kind = 'lemon_node'")
+    }
+    assert lemons and any(partition_for_key(node.encode(), partitions) != 0 for node in lemons)
+    kafka.delete_deployment_topics(env)
