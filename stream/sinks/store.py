@@ -106,11 +106,21 @@ def ensure_schema(client: Client, settings: Settings) -> list[str]:
             "SELECT name FROM system.databases WHERE name = {database:String}", parameters=database
         ).result_rows
     }
+    columns = {
+        f"{settings.database}.{table}.{name}"
+        for table, name in client.query(
+            "SELECT table, name FROM system.columns WHERE database = {database:String}", parameters=database
+        ).result_rows
+    }
     missing = []
     for statement in ddl_statements(settings.database, settings.gpus_per_node, settings.reference_sizes):
-        # CREATE DATABASE|TABLE|VIEW IF NOT EXISTS <name> ...
-        words = statement.split(None, 6)
-        if words[5] not in existing:
+        words = statement.split(None, 9)
+        if words[0] == "ALTER":
+            # ALTER TABLE <table> ADD COLUMN IF NOT EXISTS <column> ...: a column added by a later
+            # version; a table created now has it already, an older one gets it.
+            if words[2] in existing and f"{words[2]}.{words[8]}" not in columns:
+                missing.append(statement)
+        elif words[5] not in existing:  # CREATE DATABASE|TABLE|VIEW IF NOT EXISTS <name> ...
             missing.append(statement)
     _run(client, missing)
     return missing

@@ -38,7 +38,8 @@ def test_ensure_schema_creates_only_what_is_missing(chdb_client: Client, chdb_pa
     try:
         created = ensure_schema(chdb_client, settings)
         assert created[0].startswith(f"CREATE DATABASE IF NOT EXISTS {settings.database}")
-        assert len(created) == len(init_db(chdb_client, settings))  # everything was missing
+        # Everything was missing (a column added by a later version comes with the new table).
+        assert len(created) == len([s for s in init_db(chdb_client, settings) if not s.startswith("ALTER")])
         assert ensure_schema(chdb_client, settings) == []  # nothing is now: no DDL for the writer
         chdb_client.command(f"DROP TABLE {settings.database}.dead_letters")
         [again] = ensure_schema(chdb_client, settings)

@@ -18,8 +18,13 @@ from schemas.records import EccSample, InvalidRecord, JobEvent, XidEvent
 from stream.inputs.files import LateRecord, MergedInputs
 from stream.inputs.parsers.options import ParseOptions
 from stream.kafka.codec import partition_for_key, record_key
+from stream.kafka.topics import topic_specs
+from stream.settings import Settings
 from tests.services import kafka
 from tests.services.kafka import consume
+
+#: Topics init-kafka creates (every one of topic_specs).
+TOPICS = len(topic_specs(Settings.from_env()))
 
 pytestmark = pytest.mark.integration
 
@@ -59,7 +64,7 @@ async def topic_config(bootstrap: str, topic: str, set_to: dict[str, str] | None
 
 def test_init_kafka_creates_the_topics_once_with_their_configs(bootstrap, topics_env):
     first = faultstream(topics_env, "init-kafka")
-    assert first.count(": created") == 7
+    assert first.count(": created") == TOPICS
     incidents = asyncio.run(topic_config(bootstrap, topics_env["FAULTSTREAM_TOPIC_INCIDENTS"]))
     assert (
         incidents["cleanup.policy"] == "delete"
@@ -72,7 +77,7 @@ def test_init_kafka_creates_the_topics_once_with_their_configs(bootstrap, topics
         topic_config(bootstrap, ecc, set_to={"cleanup.policy": "delete", "retention.ms": "604800000"})
     )
     again = faultstream(topics_env, "init-kafka")
-    assert again.count(": exists, config set") == 7
+    assert again.count(": exists, config set") == TOPICS
     assert asyncio.run(topic_config(bootstrap, ecc))["retention.ms"] == "-1"
 
 

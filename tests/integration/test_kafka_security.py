@@ -22,9 +22,14 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
+from stream.kafka.topics import topic_specs
+from stream.settings import Settings
 from tests.services import kafka
 from tests.services.secure_kafka import SecureBroker
 from tests.services.worker import Worker, incident_messages, query, wait_until_caught_up
+
+#: Topics init-kafka creates (every one of topic_specs).
+TOPICS = len(topic_specs(Settings.from_env()))
 
 pytestmark = pytest.mark.integration
 
@@ -119,7 +124,7 @@ def sasl_env(secure_kafka: SecureBroker) -> Iterator[dict[str, str]]:
 def test_init_kafka_over_sasl_ssl_creates_the_topics(secure_kafka: SecureBroker, sasl_env) -> None:
     out = ok(sasl_env, "init-kafka")
     names = {env for key, env in sasl_env.items() if key.startswith("FAULTSTREAM_TOPIC_") and "." in env}
-    assert out.count(": created") == len(names) == 7
+    assert out.count(": created") == len(names) == TOPICS
     assert names <= asyncio.run(topic_names(secure_kafka.plaintext))
 
 
@@ -182,7 +187,7 @@ def test_replay_to_and_tail_with_a_client_certificate(secure_kafka: SecureBroker
 def test_init_kafka_with_a_client_certificate(secure_kafka: SecureBroker) -> None:
     env = deployment(secure_kafka, secure_kafka.cert_env())
     try:
-        assert ok(env, "init-kafka").count(": created") == 7
+        assert ok(env, "init-kafka").count(": created") == TOPICS
     finally:
         kafka.delete_deployment_topics(plain(env, secure_kafka))
 
@@ -193,7 +198,7 @@ def test_init_kafka_with_a_client_certificate(secure_kafka: SecureBroker) -> Non
 def test_init_kafka_replay_to_and_tail_over_sasl_plaintext(secure_kafka: SecureBroker) -> None:
     env = deployment(secure_kafka, secure_kafka.sasl_plaintext_env())
     try:
-        assert ok(env, "init-kafka").count(": created") == 7
+        assert ok(env, "init-kafka").count(": created") == TOPICS
         ok(env, "replay", str(LOGS), "--to", f"kafka://{secure_kafka.sasl_plaintext}", "--no-progress")
         assert published_records(plain(env, secure_kafka)) == EXAMPLE_RECORDS
         topic = env["FAULTSTREAM_TOPIC_INCIDENTS"]
