@@ -264,16 +264,6 @@ class XidEvent:
             return self.pci_bus_id
         return str(self.gpu) if self.gpu is not None else "?"
 
-    def __setstate__(self, state: Sequence[Any]) -> None:
-        """Unpickle, also the ten-field layout from before ``device``: worker checkpoints written
-        by the previous version then load as GPU events instead of being refused.
-
-        (A frozen slotted dataclass pickles as its field values in order; the generated
-        ``__setstate__`` would leave a missing trailing field unset.)
-        """
-        for name, value in zip(_XID_FIELDS, (*state, "gpu")[: len(_XID_FIELDS)], strict=True):
-            object.__setattr__(self, name, value)
-
     @property
     def event_id(self) -> str:
         """Deterministic identity of the event: the same line read twice is one event.
@@ -415,6 +405,22 @@ class XidEvent:
 
 _XID_TWIN: Final = _mutable_twin(XidEvent)
 _XID_FIELDS: Final = tuple(f.name for f in fields(XidEvent))
+
+
+def _xid_setstate(self: XidEvent, state: Sequence[Any]) -> None:
+    """Unpickle an :class:`XidEvent`, also the ten-field layout from before ``device``: worker
+    checkpoints written by the previous version then load as GPU events instead of being refused.
+
+    (A frozen slotted dataclass pickles as its field values in order; the generated
+    ``__setstate__`` would leave a missing trailing field unset.)
+    """
+    for name, value in zip(_XID_FIELDS, (*state, "gpu")[: len(_XID_FIELDS)], strict=True):
+        object.__setattr__(self, name, value)
+
+
+# Set after the class is made: Python 3.11's early releases (Debian's 3.11.2) let @dataclass(slots=True,
+# frozen=True) replace a __setstate__ defined in the class body with the generated one.
+XidEvent.__setstate__ = _xid_setstate  # type: ignore[attr-defined]
 
 
 # ---------------------------------------------------------------------------------------------
