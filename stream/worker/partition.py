@@ -18,14 +18,18 @@ from detectors.core import DetectionCore
 from detectors.fleet import FleetCore, FleetFact, JobPart
 from schemas.outputs import Incident
 from schemas.records import Record
+from stream.kafka.codec import encode_record, redecode_record
 from stream.kafka.fleet import NodeOwner
 from stream.pipeline import RecordPipeline, RecordSink
 from stream.settings import Settings
 from stream.sinks.dead_letters import DeadLetterProducer
-from stream.worker.checkpoints import PartitionCheckpoint
+from stream.worker.checkpoints import CheckpointError, HeldRecord, PartitionCheckpoint
 from stream.worker.merge import EventTimeMerger
 
-__all__ = ["PartitionWorker"]
+__all__ = ["HeldLine", "PartitionWorker"]
+
+#: What the event-time merge holds: a decoded record and the line it came from (for the checkpoint).
+HeldLine = tuple[Record, bytes]
 
 
 @dataclass(slots=True)
@@ -34,7 +38,7 @@ class PartitionWorker:
 
     partition: int
     pipeline: RecordPipeline
-    merger: EventTimeMerger[Record]
+    merger: EventTimeMerger[HeldLine]
     #: Input topic -> offset of the last message applied (in the core, the merge or a dead letter).
     applied: dict[str, int] = field(default_factory=dict)
     #: Messages applied since the last commit point.
@@ -75,7 +79,7 @@ class PartitionWorker:
         """A fresh partition, or one continuing from ``checkpoint``; ``drained(source)`` tells the
         merge whether anything of that source is still waiting to be read. The partition writes
         into its own batch of ``sink`` and of ``dead_letters``."""
-        merger: EventTimeMerger[Record] = EventTimeMerger(
+        merger: EventTimeMerger[HeldLine] = EventTimeMerger(
             sources, idle_after=settings.worker_idle_seconds, clock=time.monotonic, drained=drained
         )
         if checkpoint is None:
@@ -89,8 +93,8 @@ class PartitionWorker:
         if checkpoint is None:
             state = cls(partition, pipeline, merger)
         else:
-            for source, ts_ms, record in checkpoint.held:
-                merger.add(source, ts_ms, record)
+            for held in checkpoint.held:
+                merger.add(held[0], held[1], _restore_held(held))
             state = cls(partition, pipeline, merger, dict(checkpoint.offsets))
             state.fleet, state.fleet_offset = checkpoint.fleet, checkpoint.fleet_offset
         if partition == 0 and state.fleet is None:
@@ -105,14 +109,19 @@ class PartitionWorker:
     def checkpoint(self) -> PartitionCheckpoint:
         """What a worker taking over this partition needs (only valid at a commit point)."""
         return PartitionCheckpoint(
-            self.partition, dict(self.applied), self.core, self.merger.held(), self.fleet, self.fleet_offset
+            self.partition,
+            dict(self.applied),
+            self.core,
+            [(source, ts_ms, line, record.source) for source, ts_ms, (record, line) in self.merger.held()],
+            self.fleet,
+            self.fleet_offset,
         )
 
     def process_released(self) -> int:
         """Run every record the merge releases through the pipeline; return how many were late."""
         late = 0
         where = f"partition {self.partition}"
-        for record in self.merger.release(self._ready):
+        for record, _ in self.merger.release(self._ready):
             self.changed = True
             if self.pipeline.apply(record, where) is not None:
                 late += 1
@@ -126,13 +135,25 @@ class PartitionWorker:
             self.changed = True
         return late
 
-    def _ready(self, ts_ms: int, record: Record) -> bool:
+    def _ready(self, ts_ms: int, held: HeldLine) -> bool:
         """Whether the record the merge would release next can go to the core: the core's
         watermark moves to it first (so its horizon does, for the fleet stage), then it waits,
         if it must, for the storm baseline of its period."""
         self.core.advance(ts_ms)
-        return self.core.ready_for(record)
+        return self.core.ready_for(held[0])
 
     def learn_baselines(self, baselines: dict[int, float]) -> None:
         """Storm baselines from the fleet stage."""
         self.core.learn_baselines(baselines)
+
+
+def _restore_held(held: HeldRecord) -> HeldLine:
+    """A held record of a checkpoint, decoded again from its line (format 4) or, from a format 3
+    checkpoint, the record itself with its line made again."""
+    source, _, payload = held[0], held[1], held[2]
+    if isinstance(payload, bytes):
+        try:
+            return redecode_record(source, payload, held[3]), payload
+        except ValueError as exc:  # only workers wrote it: the checkpoint is damaged
+            raise CheckpointError(f"unreadable held record in a checkpoint ({exc})") from exc
+    return payload, encode_record(payload)

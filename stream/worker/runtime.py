@@ -23,7 +23,7 @@ from faust.types import TP
 from detectors.core import Emitted
 from schemas.outputs import DeadLetter
 from schemas.records import InvalidRecord
-from stream.kafka.codec import decode_message, decode_record, message_lines, partition_for_key
+from stream.kafka.codec import decode_message_lines, decode_record, message_lines, partition_for_key
 from stream.kafka.fleet import (
     decode_baselines,
     decode_fleet_message,
@@ -159,12 +159,12 @@ class WorkerRuntime:
         source = f"{topic}/{message.partition}"
         add = state.merger.add
         good = 0
-        for item in decode_message(kind, event.value, source, message.offset):
+        for item, line in decode_message_lines(kind, event.value, source, message.offset):
             if isinstance(item, InvalidRecord):
                 await self._dead_letter(item, kind, topic, state.pipeline.reject)
             else:
                 good += 1
-                add(kind, item.ts_ms, item)
+                add(kind, item.ts_ms, (item, line))
         if good:
             self.policy.good(source, good)
             self.metrics.records_in.labels(topic).inc(good)

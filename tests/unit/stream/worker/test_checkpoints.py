@@ -39,7 +39,7 @@ def test_a_blob_of_another_format_is_refused_with_what_to_do() -> None:
     format_1 = zlib.compress(pickle.dumps((1, "a checkpoint of the flat stream/ layout")))
     with pytest.raises(CheckpointError, match=r"before checkpoint format 2.*delete the checkpoint topic"):
         decode(format_1)
-    with pytest.raises(CheckpointError, match=r"format 2 is not 3.*delete the checkpoint topic"):
+    with pytest.raises(CheckpointError, match=r"format 2 is not 4.*delete the checkpoint topic"):
         decode(b"faultstream-checkpoint/2\n" + format_1)
     with pytest.raises(CheckpointError, match="unreadable checkpoint"):
         decode(b"faultstream-checkpoint/3\nnot zlib")
