@@ -66,6 +66,14 @@ def main() -> int:
         f"extrapolated to 100,000 GPUs: {in_memory / gpus * 100_000 / 2**20:,.0f} MiB in memory "
         f"(budget 1024 MiB); {pickled / gpus * 100_000 / 2**20:,.0f} MiB per checkpoint"
     )
+    # The fleet stage's state (the lemon statistics of every node, the storm baselines, jobs
+    # waiting for their parts) lives in one checkpoint, that of input partition 0's owner: per
+    # node, not per GPU, and it grows with the fleet, not with the partitions.
+    fleet = len(pickle.dumps(core.fleet, protocol=pickle.HIGHEST_PROTOCOL))
+    print(
+        f"fleet stage state (pickled): {fleet:,} B = {fleet / max(nodes, 1):,.0f} B per node; "
+        f"extrapolated to 16,384 nodes: {fleet / max(nodes, 1) * 16_384 / 2**20:,.1f} MiB"
+    )
     return 0
 
 
