@@ -1,8 +1,8 @@
 """Embedded replay speed next to the speed of merely reading and decoding the same files.
 
-SPEC 6 target: replay (files -> detectors -> embedded ClickHouse) at no less than a third of the
-speed of reading and decoding the files. Both are measured in one run on the same files, and
-the ratio is what to compare (these machines are noisy).
+SPEC 6 target: replay (files -> detectors -> embedded ClickHouse) at no less than half the speed
+of reading and decoding the files. Both are measured in one run on the same files, each the
+median of ``--runs`` runs, and the ratio is what to compare (these machines are noisy).
 
     python benchmarks/replay_throughput.py --simulate --nodes 1000 --days 30 --seed 1 --workdir /tmp/bench
     python benchmarks/replay_throughput.py --workdir /tmp/bench FILE...
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -36,6 +37,7 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--days", type=float, default=30)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--runs", type=int, default=3, help="runs of each side; the median counts")
     args = parser.parse_args()
 
     files = list(args.files)
@@ -56,28 +58,40 @@ def main() -> int:
     print(f"input: {len(files)} files, {size / 1e6:,.1f} MB")
 
     options = ParseOptions(cluster="bench")
-    started = time.perf_counter()
-    decoded = 0
-    for path in files:
-        for _ in read_records(path, options):
-            decoded += 1
-    decode_s = time.perf_counter() - started
-    print(f"read+decode: {decoded:,} records in {decode_s:.2f} s = {decoded / decode_s:,.0f} records/s")
+    decode_rates = []
+    for run in range(args.runs):
+        started = time.perf_counter()
+        decoded = 0
+        for path in files:
+            for _ in read_records(path, options):
+                decoded += 1
+        decode_s = time.perf_counter() - started
+        decode_rates.append(decoded / decode_s)
+        rate = decode_rates[-1]
+        print(f"read+decode run {run}: {decoded:,} records in {decode_s:.2f} s = {rate:,.0f} records/s")
 
-    store = args.workdir / "store"
-    shutil.rmtree(store, ignore_errors=True)
-    settings = Settings(clickhouse_dsn=f"chdb://{store.resolve()}")
-    client = connect(settings)
-    started = time.perf_counter()
-    summary = replay(files, settings, client, options)
-    replay_s = time.perf_counter() - started
-    handled = summary.events + summary.dead_letters
+    replay_rates = []
+    for run in range(args.runs):
+        # A fresh store a run (one chdb path per process: a new path, not the same one reopened).
+        store = args.workdir / f"store-{run}"
+        shutil.rmtree(store, ignore_errors=True)
+        settings = Settings(clickhouse_dsn=f"chdb://{store.resolve()}")
+        client = connect(settings)
+        started = time.perf_counter()
+        summary = replay(files, settings, client, options)
+        replay_s = time.perf_counter() - started
+        handled = summary.events + summary.dead_letters
+        replay_rates.append(handled / replay_s)
+        print(
+            f"replay run {run}:      {handled:,} records in {replay_s:.2f} s = {replay_rates[-1]:,.0f} "
+            f"records/s ({summary.rows_written:,} rows written, {len(summary.incidents):,} incidents)"
+        )
+    decode_rate, replay_rate = statistics.median(decode_rates), statistics.median(replay_rates)
     print(
-        f"replay:      {handled:,} records in {replay_s:.2f} s = {handled / replay_s:,.0f} records/s "
-        f"({summary.rows_written:,} rows written, {len(summary.incidents):,} incidents)"
+        f"median of {args.runs}: read+decode {decode_rate:,.0f} records/s, "
+        f"replay {replay_rate:,.0f} records/s"
     )
-    ratio = (handled / replay_s) / (decoded / decode_s)
-    print(f"ratio replay/decode = {ratio:.2f} (target >= 0.33)")
+    print(f"ratio replay/decode = {replay_rate / decode_rate:.2f} (target >= 0.5)")
     return 0
 
 

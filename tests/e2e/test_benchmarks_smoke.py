@@ -78,3 +78,50 @@ def test_latency_smoke(bootstrap: str, tmp_path: Path) -> None:
         assert number(value) > 0, table
     assert number(lag) >= 0, table
     assert caught == "n/a" or number(caught) >= 0, table  # n/a: not caught up within the drain time
+
+
+def run_offline_benchmark(script: str, *args: str) -> str:
+    """A benchmark that needs no broker (the embedded store is chdb, in its own process)."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, f"{script} failed:\n{done.stderr[-4000:]}"
+    return done.stdout
+
+
+def test_replay_throughput_smoke(tmp_path: Path) -> None:
+    out = run_offline_benchmark(
+        "replay_throughput.py",
+        "--simulate",
+        "--nodes",
+        "4",
+        "--days",
+        "1",
+        "--runs",
+        "1",
+        "--workdir",
+        str(tmp_path),
+    )
+    ratio = re.search(r"ratio replay/decode = ([\d.]+) \(target >= 0.5\)", out)
+    assert ratio and float(ratio.group(1)) > 0, out
+    decoded = re.search(r"read\+decode run 0: ([\d,]+) records", out)
+    replayed = re.search(r"replay run 0: +([\d,]+) records", out)
+    assert decoded and replayed and decoded.group(1) == replayed.group(1), out  # the same records each side
+
+
+def test_state_size_smoke(tmp_path: Path) -> None:
+    out = run_offline_benchmark(
+        "state_size.py", "--simulate", "--nodes", "4", "--days", "1", "--workdir", str(tmp_path)
+    )
+    per_gpu = re.search(r"pickled state: [\d,]+ B = ([\d,]+) B per GPU", out)
+    per_node = re.search(r"fleet stage state \(pickled\): [\d,]+ B = ([\d,]+) B per node", out)
+    assert per_gpu and number(per_gpu.group(1)) > 0, out
+    assert per_node and number(per_node.group(1)) > 0, out
+
+
+def test_decode_smoke() -> None:
+    out = run_offline_benchmark("decode.py", "--smoke")
+    for kind in ("ecc", "xid", "job"):
+        [row] = [line.split() for line in out.splitlines() if line.split()[:2] == [kind, "wire"]]
+        assert len(row) == 7 and number(row[2]) > 0 and number(row[3]) > 0 and number(row[4]) > 0, out
