@@ -70,13 +70,20 @@ def main() -> int:
         rate = decode_rates[-1]
         print(f"read+decode run {run}: {decoded:,} records in {decode_s:.2f} s = {rate:,.0f} records/s")
 
+    store = args.workdir / "store"
+    shutil.rmtree(store, ignore_errors=True)
+    settings = Settings(clickhouse_dsn=f"chdb://{store.resolve()}")
+    client = connect(settings)
     replay_rates = []
     for run in range(args.runs):
-        # A fresh store a run (one chdb path per process: a new path, not the same one reopened).
-        store = args.workdir / f"store-{run}"
-        shutil.rmtree(store, ignore_errors=True)
-        settings = Settings(clickhouse_dsn=f"chdb://{store.resolve()}")
-        client = connect(settings)
+        # Each run into empty tables (chdb opens one path per process: the same store, emptied;
+        # the tables stay, as the replay made them on its first run).
+        tables = client.query(
+            f"SELECT name FROM system.tables "
+            f"WHERE database = '{settings.database}' AND engine NOT IN ('View', 'MaterializedView')"
+        )
+        for (table,) in tables.result_rows:
+            client.command(f"TRUNCATE TABLE {settings.database}.{table}")
         started = time.perf_counter()
         summary = replay(files, settings, client, options)
         replay_s = time.perf_counter() - started
