@@ -395,7 +395,7 @@ def load_xid_overrides(path: Path) -> tuple[XidOverride, ...]:
         raise ValueError(f"{path}: not TOML: {exc}") from None
     extra = sorted(set(data) - {"xid"})
     if extra or not isinstance(data.get("xid"), dict) or not data["xid"]:
-        raise ValueError(f"{path}: expected [xid.CODE] tables only (e.g. [xid.13] severity = \"critical\")")
+        raise ValueError(f'{path}: expected [xid.CODE] tables only (e.g. [xid.13] severity = "critical")')
     families = ", ".join(c.value for c in XidCategory if c is not XidCategory.UNKNOWN)
     overrides = []
     for code_text, entry in data["xid"].items():
@@ -404,7 +404,9 @@ def load_xid_overrides(path: Path) -> tuple[XidOverride, ...]:
             raise ValueError(f"{where}: the table name must be a whole XID code")
         unknown = sorted(set(entry) - _OVERRIDE_KEYS)
         if unknown:
-            raise ValueError(f"{where}: unknown key {unknown[0]!r} (keys: {', '.join(sorted(_OVERRIDE_KEYS))})")
+            raise ValueError(
+                f"{where}: unknown key {unknown[0]!r} (keys: {', '.join(sorted(_OVERRIDE_KEYS))})"
+            )
         values: dict[str, Any] = {}
         try:
             if "severity" in entry:

@@ -174,9 +174,7 @@ def run_files(
     started = time.perf_counter()
     inputs = MergedInputs(paths, options, fmt, settings.allowed_lateness_seconds * 1000)
     policy = DeadLetterPolicy.from_settings(settings)
-    pipeline = RecordPipeline(
-        core, sink, dead_letters or NoDeadLetters(), settings.allowed_lateness_seconds
-    )
+    pipeline = RecordPipeline(core, sink, dead_letters or NoDeadLetters(), settings.allowed_lateness_seconds)
     summary = ReplaySummary(sources=inputs.sources)
     try:
         for count, (item, stats) in enumerate(inputs, 1):

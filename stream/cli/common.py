@@ -31,6 +31,7 @@ __all__ = [
     "parse_options_from_args",
     "parse_time_argument",
     "print_json",
+    "progress_bar",
     "settings_from_args",
 ]
 
@@ -224,3 +225,19 @@ def print_json(data: Any) -> None:
         Plain data; values JSON has no type for (times, paths) are printed as their ``str``.
     """
     sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2, default=str).decode() + "\n")
+
+
+def progress_bar(enabled: bool | None, desc: str = "replay") -> tuple[Any, Any]:
+    """A bar of the bytes read and the callback that moves it; ``None`` shows it on a terminal only."""
+    from tqdm import tqdm
+
+    bar = tqdm(
+        total=0, unit="B", unit_scale=True, desc=desc, disable=None if enabled is None else not enabled
+    )
+
+    def update(done: int, total: int) -> None:
+        if bar.total != total:
+            bar.total = total
+        bar.update(done - bar.n)
+
+    return bar, update

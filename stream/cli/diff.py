@@ -13,6 +13,7 @@ from stream.cli.common import (
     add_input_arguments,
     parse_options_from_args,
     print_json,
+    progress_bar,
 )
 from stream.inputs.parsers import Format
 
@@ -87,9 +88,7 @@ def add_diff_parser(commands: Commands) -> None:
         action="store_true",
         help=f"exit with {EXIT_DIFFERS} when the candidate adds, removes or changes an incident",
     )
-    diff.add_argument(
-        "--progress", action=argparse.BooleanOptionalAction, default=None, help="progress bars"
-    )
+    diff.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help="progress bars")
     diff.set_defaults(handler=run_diff)
 
 
@@ -107,7 +106,6 @@ def run_diff(args: argparse.Namespace) -> int:
         0, or :data:`EXIT_DIFFERS` with ``--exit-code`` when an incident differs (errors are
         raised and turned into exit codes by :func:`stream.cli.main.main`).
     """
-    from stream.cli.replay import progress_bar
     from stream.diff import Variant, diff_incidents, replay_in_memory
 
     base = Variant.build("base", args.base_set, args.base_catalog)
@@ -158,7 +156,11 @@ def _before_after(change: IncidentChange, value: Any) -> str:
 
 
 def _print(
-    diff: IncidentDiff, variants: tuple[Variant, Variant], runs: list[Replayed], base_set: list[str], everything: bool
+    diff: IncidentDiff,
+    variants: tuple[Variant, Variant],
+    runs: list[Replayed],
+    base_set: list[str],
+    everything: bool,
 ) -> None:
     out = sys.stdout
     base, candidate = runs
@@ -167,7 +169,9 @@ def _print(
         f"{base.summary.seconds + candidate.summary.seconds:.1f} s)\n"
     )
     for variant, run in zip(variants, runs, strict=True):
-        out.write(f"  {variant.label + ':':10} {_described(variant, base_set)}: {len(run.incidents):,} incidents\n")
+        out.write(
+            f"  {variant.label + ':':10} {_described(variant, base_set)}: {len(run.incidents):,} incidents\n"
+        )
     counts = diff.counts()
     out.write("\n" + ", ".join(f"{change.value} {n:,}" for change, n in counts.items()) + "\n")
     by_kind = diff.counts_by_kind()
@@ -203,7 +207,10 @@ def _differs(row: dict[Any, int]) -> bool:
 
 def _table(rows: list[list[str]]) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
+    lines = [
+        "  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
     lines.insert(1, "  " + "  ".join("-" * width for width in widths))
     return "\n".join(lines) + "\n"
 
@@ -225,7 +232,11 @@ def _incident_json(incident: Incident | None) -> dict[str, Any] | None:
 
 
 def _as_json(
-    diff: IncidentDiff, variants: tuple[Variant, Variant], runs: list[Replayed], base_set: list[str], everything: bool
+    diff: IncidentDiff,
+    variants: tuple[Variant, Variant],
+    runs: list[Replayed],
+    base_set: list[str],
+    everything: bool,
 ) -> dict[str, Any]:
     from schemas.timeutil import format_ts
 
@@ -242,7 +253,9 @@ def _as_json(
             for variant, run in zip(variants, runs, strict=True)
         },
         "counts": {change.value: n for change, n in diff.counts().items()},
-        "by_kind": {kind: {c.value: n for c, n in row.items()} for kind, row in diff.counts_by_kind().items()},
+        "by_kind": {
+            kind: {c.value: n for c, n in row.items()} for kind, row in diff.counts_by_kind().items()
+        },
         "changes": [
             {
                 "change": change.change.value,
@@ -259,4 +272,3 @@ def _as_json(
             if everything or change.change.value != "unchanged"
         ],
     }
-

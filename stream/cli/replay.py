@@ -13,16 +13,16 @@ from stream.cli.common import (
     add_input_arguments,
     add_mttf_window_argument,
     add_store_arguments,
-    parse_time_argument,
-    print_json,
     parse_options_from_args,
+    print_json,
+    progress_bar,
     settings_from_args,
 )
 from stream.inputs.parsers import Format
 from stream.inputs.parsers.options import ParseOptions
 from stream.settings import Settings
 
-__all__ = ["add_replay_parser", "progress_bar", "run_replay"]
+__all__ = ["add_replay_parser", "run_replay"]
 
 
 def add_replay_parser(commands: Commands) -> None:
@@ -63,20 +63,6 @@ def add_replay_parser(commands: Commands) -> None:
     )
     add_store_arguments(replay)
     replay.set_defaults(handler=run_replay)
-
-
-def progress_bar(enabled: bool | None, desc: str = "replay") -> tuple[Any, Any]:
-    """A bar of the bytes read and the callback that moves it; ``None`` shows it on a terminal only."""
-    from tqdm import tqdm
-
-    bar = tqdm(total=0, unit="B", unit_scale=True, desc=desc, disable=None if enabled is None else not enabled)
-
-    def update(done: int, total: int) -> None:
-        if bar.total != total:
-            bar.total = total
-        bar.update(done - bar.n)
-
-    return bar, update
 
 
 def _kafka_address(value: str) -> str:
