@@ -185,7 +185,7 @@ def _print(
         out.write("\nNo incident differs." if not diff.differs else "")
         out.write("\n")
         return
-    clusters = len({c.either.cluster for c in diff.changes})
+    clusters = len({c.either.cluster for c in shown})
     rows = [["first evidence", "change", "kind", "where", "severity", "first evidence (base -> candidate)"]]
     for change in shown:
         rows.append(

@@ -237,3 +237,13 @@ def test_a_bad_catalog_file_is_refused_with_the_file_and_the_reason(
 def test_a_missing_catalog_file_is_a_file_not_found(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         load_xid_overrides(tmp_path / "nope.toml")
+
+
+def test_the_detection_docs_name_every_tunable() -> None:
+    from stream.diff import tunables
+
+    docs = (Path(__file__).resolve().parents[3] / "docs" / "detection.md").read_text()
+    start = docs.index("## Rule what-if on history")
+    section = docs[start : docs.index("\n## ", start + 1)]
+    for name in tunables():
+        assert f"`{name}`" in section, f"docs/detection.md's `faultstream diff` section misses {name}"
