@@ -39,6 +39,7 @@ __all__ = [
     "IncidentChange",
     "IncidentCollector",
     "IncidentDiff",
+    "Replayed",
     "Variant",
     "diff_incidents",
     "load_xid_overrides",

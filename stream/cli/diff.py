@@ -124,24 +124,28 @@ def run_diff(args: argparse.Namespace) -> int:
         finally:
             bar.close()
     diff = diff_incidents(runs[0].incidents, runs[1].incidents)
+    described = (
+        _described("the environment", args.base_set, args.base_catalog),
+        _described("the base", args.candidate_set, args.candidate_catalog),
+    )
     if args.json:
-        print_json(_as_json(diff, (base, candidate), runs, args.base_set, args.all))
+        print_json(_as_json(diff, (base, candidate), runs, described, args.all))
     else:
-        _print(diff, (base, candidate), runs, args.base_set, args.all)
+        _print(diff, (base, candidate), runs, described, args.all)
     return EXIT_DIFFERS if args.exit_code and diff.differs else 0
 
 
-def _described(variant: Variant, base_set: list[str]) -> str:
-    own = [a for a in variant.assignments if variant.label == "base" or a not in base_set]
-    if variant.label == "base":
-        return "the environment" + (" with " + ", ".join(own) if own else "")
-    return "the base" + (" with " + ", ".join(own) if own else ", unchanged")
+def _described(start: str, assignments: list[str], catalogs: list[Path]) -> str:
+    """What a variant is, in words: where it starts and what it changes."""
+    changes = [*assignments, *(f"catalog {path}" for path in catalogs)]
+    return start + (" with " + ", ".join(changes) if changes else "")
 
 
 def _when(ts_ms: int | None) -> str:
     from schemas.timeutil import format_ts
 
-    return "-" if ts_ms is None else format_ts(ts_ms)[:16].replace("T", " ")
+    # Seconds shown: a lower threshold may move a first evidence by less than a minute.
+    return "-" if ts_ms is None else format_ts(ts_ms)[:19].replace("T", " ")
 
 
 def _where(incident: Incident, clusters: int) -> str:
@@ -159,7 +163,7 @@ def _print(
     diff: IncidentDiff,
     variants: tuple[Variant, Variant],
     runs: list[Replayed],
-    base_set: list[str],
+    described: tuple[str, str],
     everything: bool,
 ) -> None:
     out = sys.stdout
@@ -168,10 +172,8 @@ def _print(
         f"Replayed {len(base.summary.sources)} files twice ({base.summary.events:,} events, "
         f"{base.summary.seconds + candidate.summary.seconds:.1f} s)\n"
     )
-    for variant, run in zip(variants, runs, strict=True):
-        out.write(
-            f"  {variant.label + ':':10} {_described(variant, base_set)}: {len(run.incidents):,} incidents\n"
-        )
+    for variant, run, words in zip(variants, runs, described, strict=True):
+        out.write(f"  {variant.label + ':':10} {words}: {len(run.incidents):,} incidents\n")
     counts = diff.counts()
     out.write("\n" + ", ".join(f"{change.value} {n:,}" for change, n in counts.items()) + "\n")
     by_kind = diff.counts_by_kind()
@@ -235,7 +237,7 @@ def _as_json(
     diff: IncidentDiff,
     variants: tuple[Variant, Variant],
     runs: list[Replayed],
-    base_set: list[str],
+    described: tuple[str, str],
     everything: bool,
 ) -> dict[str, Any]:
     from schemas.timeutil import format_ts
@@ -244,13 +246,13 @@ def _as_json(
         "variants": {
             variant.label: {
                 "assignments": list(variant.assignments),
-                "described": _described(variant, base_set),
+                "described": words,
                 "incidents": len(run.incidents),
                 "events": run.summary.events,
                 "dead_letters": run.summary.dead_letters,
                 "seconds": run.summary.seconds,
             }
-            for variant, run in zip(variants, runs, strict=True)
+            for variant, run, words in zip(variants, runs, described, strict=True)
         },
         "counts": {change.value: n for change, n in diff.counts().items()},
         "by_kind": {

@@ -102,7 +102,7 @@ def test_the_text_output_counts_then_lists_the_changes(capsys: pytest.CaptureFix
     assert "added 0, removed 1, changed 0, unchanged 22" in out
     assert "the base with storm_min_events=1000" in out
     [line] = [line for line in out.splitlines() if " removed " in line and "xid_storm" in line]
-    assert "node0021/0000:bd:00" in line and "warn -> -" in line and "2024-01-10 00:35 -> -" in line
+    assert "node0021/0000:bd:00" in line and "warn -> -" in line and "2024-01-10 00:35:40 -> -" in line
 
 
 @pytest.mark.parametrize(
