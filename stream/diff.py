@@ -43,6 +43,7 @@ __all__ = [
     "Variant",
     "diff_incidents",
     "load_xid_overrides",
+    "read_env_file",
     "replay_in_memory",
     "tunables",
 ]
@@ -301,8 +302,13 @@ class Variant:
         assignments: Iterable[str],
         catalogs: Iterable[Path] = (),
         environ: Mapping[str, str] | None = None,
+        env_files: Iterable[Path] = (),
     ) -> Variant:
         """The variant made by ``NAME=VALUE`` assignments and catalog override files.
+
+        The settings are read from ``environ`` (default: the process environment), then the
+        ``FAULTSTREAM_*`` variables of ``env_files`` in order (:func:`read_env_file`), then the
+        assignments.
 
         Raises
         ------
@@ -313,6 +319,9 @@ class Variant:
             For a catalog file that cannot be used (:func:`load_xid_overrides`).
         """
         env = dict(os.environ if environ is None else environ)
+        files = tuple(env_files)
+        for path in files:
+            env.update(read_env_file(path))
         texts = tuple(assignments)
         tuned: dict[str, int | float] = {}
         known_tunables = tunables()
@@ -343,15 +352,17 @@ class Variant:
                     f"({', '.join(sorted(known_tunables))})"
                 )
         overrides: list[XidOverride] = []
-        files = tuple(catalogs)
-        for path in files:
+        catalog_files = tuple(catalogs)
+        for path in catalog_files:
             overrides.extend(load_xid_overrides(path))
         variant = cls(
             label,
             Settings.from_env(env),
             tuned,
             tuple(overrides),
-            texts + tuple(f"catalog {path}" for path in files),
+            tuple(f"env {path}" for path in files)
+            + texts
+            + tuple(f"catalog {path}" for path in catalog_files),
         )
         variant.core_config()  # a bad combination fails before hours of replay, not after
         return variant
@@ -371,6 +382,38 @@ class Variant:
     def core(self) -> DetectionCore:
         """A fresh detection core of this configuration."""
         return DetectionCore(self.core_config(), xid_overrides=self.xid_overrides)
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """The ``FAULTSTREAM_*`` variables of an environment file, as Docker Compose reads one.
+
+    ``NAME=VALUE`` lines, values taken literally; blank lines and ``#`` comments skipped; other
+    variables (a compose file's passwords and ports) ignored. An unknown ``FAULTSTREAM_`` name is
+    refused: it is a typo that would otherwise leave the setting at its default unnoticed.
+
+    Raises
+    ------
+    FileNotFoundError
+        When the file does not exist.
+    SettingsError
+        For a line that is not ``NAME=VALUE`` or an unknown ``FAULTSTREAM_`` name (with the line
+        number).
+    """
+    found: dict[str, str] = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        name, sep, value = text.removeprefix("export ").partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise SettingsError(f"{path}:{number}: expected NAME=VALUE, got {text!r}")
+        if not name.startswith(ENV_PREFIX):
+            continue
+        if _setting_name(name) is None:
+            raise SettingsError(f"{path}:{number}: unknown setting {name} (faultstream config lists them)")
+        found[name] = value
+    return found
 
 
 _OVERRIDE_KEYS = {"name", "category", "severity", "hardware", "action"}

@@ -81,6 +81,19 @@ def add_diff_parser(commands: Commands) -> None:
         metavar="FILE",
         help="XID catalog overrides of the base (and so of the candidate); repeatable",
     )
+    diff.add_argument(
+        "--base-env",
+        type=Path,
+        metavar="FILE",
+        help="read the base's settings from this environment file (FAULTSTREAM_* lines of NAME=VALUE, "
+        "as docker/.env) over the environment",
+    )
+    diff.add_argument(
+        "--candidate-env",
+        type=Path,
+        metavar="FILE",
+        help="an environment file of the candidate, read over the base's",
+    )
     diff.add_argument("--all", action="store_true", help="also list the unchanged incidents")
     diff.add_argument("--json", action="store_true", help="print the comparison as JSON")
     diff.add_argument(
@@ -108,12 +121,19 @@ def run_diff(args: argparse.Namespace) -> int:
     """
     from stream.diff import Variant, diff_incidents, replay_in_memory
 
-    base = Variant.build("base", args.base_set, args.base_catalog)
+    base_env = [args.base_env] if args.base_env else []
+    candidate_env = [args.candidate_env] if args.candidate_env else []
+    base = Variant.build("base", args.base_set, args.base_catalog, env_files=base_env)
     candidate = Variant.build(
-        "candidate", [*args.base_set, *args.candidate_set], [*args.base_catalog, *args.candidate_catalog]
+        "candidate",
+        [*args.base_set, *args.candidate_set],
+        [*args.base_catalog, *args.candidate_catalog],
+        env_files=[*base_env, *candidate_env],
     )
-    if not args.candidate_set and not args.candidate_catalog:
-        sys.stderr.write("faultstream: note: no --set or --catalog: the candidate is the base\n")
+    if not (args.candidate_set or args.candidate_catalog or args.candidate_env):
+        sys.stderr.write(
+            "faultstream: note: no --set, --catalog or --candidate-env: the candidate is the base\n"
+        )
     options = parse_options_from_args(args, base.settings)
     fmt = Format(args.format) if args.format else None
     runs: list[Replayed] = []
@@ -125,8 +145,8 @@ def run_diff(args: argparse.Namespace) -> int:
             bar.close()
     diff = diff_incidents(runs[0].incidents, runs[1].incidents)
     described = (
-        _described("the environment", args.base_set, args.base_catalog),
-        _described("the base", args.candidate_set, args.candidate_catalog),
+        _described("the environment", base_env, args.base_set, args.base_catalog),
+        _described("the base", candidate_env, args.candidate_set, args.candidate_catalog),
     )
     if args.json:
         print_json(_as_json(diff, (base, candidate), runs, described, args.all))
@@ -135,9 +155,13 @@ def run_diff(args: argparse.Namespace) -> int:
     return EXIT_DIFFERS if args.exit_code and diff.differs else 0
 
 
-def _described(start: str, assignments: list[str], catalogs: list[Path]) -> str:
+def _described(start: str, env_files: list[Path], assignments: list[str], catalogs: list[Path]) -> str:
     """What a variant is, in words: where it starts and what it changes."""
-    changes = [*assignments, *(f"catalog {path}" for path in catalogs)]
+    changes = [
+        *(f"env {path}" for path in env_files),
+        *assignments,
+        *(f"catalog {path}" for path in catalogs),
+    ]
     return start + (" with " + ", ".join(changes) if changes else "")
 
 

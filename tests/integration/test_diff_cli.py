@@ -89,6 +89,21 @@ def test_a_catalog_entry_that_makes_xid_13_a_warning_adds_incidents_of_xid_13_on
     assert result["variants"]["candidate"]["assignments"] == [f"catalog {catalog}"]
 
 
+def test_a_candidate_env_file_with_a_narrow_attribution_window_removes_the_job_failures(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    env = tmp_path / "candidate.env"
+    env.write_text(
+        "# a compose env file: other variables are ignored\nCLICKHOUSE_WRITER_PASSWORD=x\n"
+        "FAULTSTREAM_ATTRIBUTION_BEFORE_SECONDS=1\nFAULTSTREAM_ATTRIBUTION_AFTER_SECONDS=1\n"
+    )
+    result = diff(capsys, "--candidate-env", str(env))
+    removed = [c for c in result["changes"] if c["change"] == "removed"]
+    assert len(removed) == 8 and {c["kind"] for c in removed} == {"job_hw_failure"}
+    assert result["counts"]["added"] == 0
+    assert result["variants"]["candidate"]["described"] == f"the base with env {env}"
+
+
 def test_the_base_can_be_changed_too(capsys: pytest.CaptureFixture[str]) -> None:
     # Base and candidate both without the storm: nothing differs between them.
     result = diff(capsys, "--base-set", "storm_min_events=1000", "--set", "lemon.threshold=100")

@@ -247,3 +247,49 @@ def test_the_detection_docs_name_every_tunable() -> None:
     section = docs[start : docs.index("\n## ", start + 1)]
     for name in tunables():
         assert f"`{name}`" in section, f"docs/detection.md's `faultstream diff` section misses {name}"
+
+
+# -- environment files -------------------------------------------------------------------------
+
+
+def test_an_env_file_gives_its_faultstream_variables_and_ignores_the_rest(tmp_path: Path) -> None:
+    from stream.diff import read_env_file
+
+    path = tmp_path / "prod.env"
+    path.write_text(
+        "# production\n\nCLICKHOUSE_ADMIN_PASSWORD=secret\nFAULTSTREAM_QUIET_PERIOD_SECONDS=600\n"
+        "export FAULTSTREAM_KAFKA_BOOTSTRAP=kafka:9092\n"
+    )
+    assert read_env_file(path) == {
+        "FAULTSTREAM_QUIET_PERIOD_SECONDS": "600",
+        "FAULTSTREAM_KAFKA_BOOTSTRAP": "kafka:9092",
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("FAULTSTREAM_QUIET_PERIOD_SECOND=600\n", r":1: unknown setting FAULTSTREAM_QUIET_PERIOD_SECOND"),
+        ("# ok\nFAULTSTREAM_QUIET_PERIOD_SECONDS\n", r":2: expected NAME=VALUE"),
+    ],
+)
+def test_a_bad_env_file_line_is_refused_with_its_number(tmp_path: Path, text: str, message: str) -> None:
+    from stream.diff import read_env_file
+
+    path = tmp_path / "bad.env"
+    path.write_text(text)
+    with pytest.raises(SettingsError, match=message):
+        read_env_file(path)
+
+
+def test_env_files_come_over_the_environment_and_assignments_over_both(tmp_path: Path) -> None:
+    first, second = tmp_path / "a.env", tmp_path / "b.env"
+    first.write_text("FAULTSTREAM_QUIET_PERIOD_SECONDS=60\nFAULTSTREAM_GPUS_PER_NODE=4\n")
+    second.write_text("FAULTSTREAM_QUIET_PERIOD_SECONDS=120\n")
+    env = {"FAULTSTREAM_QUIET_PERIOD_SECONDS": "30", "FAULTSTREAM_ALLOWED_LATENESS_SECONDS": "10"}
+    variant = Variant.build("c", [], environ=env, env_files=[first, second])
+    config = variant.core_config()
+    assert (config.quiet_period_ms, config.gpus_per_node, config.allowed_lateness_ms) == (120_000, 4, 10_000)
+    assert variant.assignments == (f"env {first}", f"env {second}")
+    overridden = Variant.build("c", ["gpus_per_node=2"], environ=env, env_files=[first])
+    assert overridden.core_config().gpus_per_node == 2
