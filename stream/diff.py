@@ -286,7 +286,8 @@ class Variant:
     xid_overrides
         Catalog entries changed or added.
     assignments
-        The ``NAME=VALUE`` texts that made it, and the catalog files, for the summary.
+        The environment files, ``NAME=VALUE`` texts and catalog files that made it from where it
+        started (the environment, or the variant it started from), for the summary.
     """
 
     label: str
@@ -303,12 +304,14 @@ class Variant:
         catalogs: Iterable[Path] = (),
         environ: Mapping[str, str] | None = None,
         env_files: Iterable[Path] = (),
+        start: Variant | None = None,
     ) -> Variant:
         """The variant made by ``NAME=VALUE`` assignments and catalog override files.
 
-        The settings are read from ``environ`` (default: the process environment), then the
-        ``FAULTSTREAM_*`` variables of ``env_files`` in order (:func:`read_env_file`), then the
-        assignments.
+        The settings are read from ``environ`` (default: the process environment), or from
+        ``start``'s settings when given, then the ``FAULTSTREAM_*`` variables of ``env_files`` in
+        order (:func:`read_env_file`), then the assignments. Tunables and catalog overrides are
+        ``start``'s with these on top.
 
         Raises
         ------
@@ -319,11 +322,17 @@ class Variant:
             For a catalog file that cannot be used (:func:`load_xid_overrides`).
         """
         env = dict(os.environ if environ is None else environ)
+        if start is not None:
+            # Every field is an int, float or str, whose str() reads back as the same value.
+            env.update(
+                (ENV_PREFIX + spec.name.upper(), str(getattr(start.settings, spec.name)))
+                for spec in fields(Settings)
+            )
         files = tuple(env_files)
         for path in files:
             env.update(read_env_file(path))
         texts = tuple(assignments)
-        tuned: dict[str, int | float] = {}
+        tuned: dict[str, int | float] = {} if start is None else dict(start.tunables)
         known_tunables = tunables()
         for text in texts:
             name, sep, value = text.partition("=")
@@ -351,7 +360,7 @@ class Variant:
                     f"detection ({', '.join(DETECTION_SETTINGS)}) or a detector tunable "
                     f"({', '.join(sorted(known_tunables))})"
                 )
-        overrides: list[XidOverride] = []
+        overrides: list[XidOverride] = [] if start is None else list(start.xid_overrides)
         catalog_files = tuple(catalogs)
         for path in catalog_files:
             overrides.extend(load_xid_overrides(path))

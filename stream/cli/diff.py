@@ -125,10 +125,7 @@ def run_diff(args: argparse.Namespace) -> int:
     candidate_env = [args.candidate_env] if args.candidate_env else []
     base = Variant.build("base", args.base_set, args.base_catalog, env_files=base_env)
     candidate = Variant.build(
-        "candidate",
-        [*args.base_set, *args.candidate_set],
-        [*args.base_catalog, *args.candidate_catalog],
-        env_files=[*base_env, *candidate_env],
+        "candidate", args.candidate_set, args.candidate_catalog, env_files=candidate_env, start=base
     )
     if not (args.candidate_set or args.candidate_catalog or args.candidate_env):
         sys.stderr.write(
@@ -144,10 +141,7 @@ def run_diff(args: argparse.Namespace) -> int:
         finally:
             bar.close()
     diff = diff_incidents(runs[0].incidents, runs[1].incidents)
-    described = (
-        _described("the environment", base_env, args.base_set, args.base_catalog),
-        _described("the base", candidate_env, args.candidate_set, args.candidate_catalog),
-    )
+    described = (_described("the environment", base), _described("the base", candidate))
     if args.json:
         print_json(_as_json(diff, (base, candidate), runs, described, args.all))
     else:
@@ -155,14 +149,9 @@ def run_diff(args: argparse.Namespace) -> int:
     return EXIT_DIFFERS if args.exit_code and diff.differs else 0
 
 
-def _described(start: str, env_files: list[Path], assignments: list[str], catalogs: list[Path]) -> str:
+def _described(start: str, variant: Variant) -> str:
     """What a variant is, in words: where it starts and what it changes."""
-    changes = [
-        *(f"env {path}" for path in env_files),
-        *assignments,
-        *(f"catalog {path}" for path in catalogs),
-    ]
-    return start + (" with " + ", ".join(changes) if changes else "")
+    return start + (" with " + ", ".join(variant.assignments) if variant.assignments else "")
 
 
 def _when(ts_ms: int | None) -> str:

@@ -293,3 +293,20 @@ def test_env_files_come_over_the_environment_and_assignments_over_both(tmp_path:
     assert variant.assignments == (f"env {first}", f"env {second}")
     overridden = Variant.build("c", ["gpus_per_node=2"], environ=env, env_files=[first])
     assert overridden.core_config().gpus_per_node == 2
+
+
+def test_the_candidate_starts_from_the_base_and_its_own_changes_win(tmp_path: Path) -> None:
+    catalog = write(tmp_path, '[xid.13]\nseverity = "warn"\n')
+    base = Variant.build(
+        "base", ["quiet_period_seconds=60", "storm_min_events=5", "lemon.threshold=9"], [catalog], environ={}
+    )
+    env = tmp_path / "candidate.env"
+    env.write_text("FAULTSTREAM_QUIET_PERIOD_SECONDS=120\n")
+    candidate = Variant.build("candidate", ["storm_min_events=7"], environ={}, env_files=[env], start=base)
+    config = candidate.core_config()
+    # The candidate's env file wins over the base's --set; what it does not change is the base's.
+    assert (config.quiet_period_ms, config.storm_min_events, config.lemon.threshold) == (120_000, 7, 9.0)
+    assert candidate.xid_overrides == base.xid_overrides
+    assert candidate.assignments == (f"env {env}", "storm_min_events=7")
+    unchanged = Variant.build("candidate", [], environ={"FAULTSTREAM_QUIET_PERIOD_SECONDS": "5"}, start=base)
+    assert unchanged.core_config() == base.core_config()
