@@ -379,12 +379,13 @@ class Variant:
     def core_config(self) -> CoreConfig:
         """The core configuration: the settings', with the tunables set."""
         config = self.settings.core_config()
-        core = {name: value for name, value in self.tunables.items() if not name.startswith("lemon.")}
-        lemon = {name[6:]: value for name, value in self.tunables.items() if name.startswith("lemon.")}
+        # Field names and types were checked against the dataclasses when the variant was built.
+        core: dict[str, Any] = {k: v for k, v in self.tunables.items() if not k.startswith("lemon.")}
+        lemon: dict[str, Any] = {k[6:]: v for k, v in self.tunables.items() if k.startswith("lemon.")}
         try:
             if lemon:
-                core["lemon"] = replace(config.lemon, **lemon)  # type: ignore[assignment]
-            return replace(config, **core)  # type: ignore[arg-type]
+                core["lemon"] = replace(config.lemon, **lemon)
+            return replace(config, **core)
         except ValueError as exc:
             raise SettingsError(f"{self.label}: {exc}") from None
 
