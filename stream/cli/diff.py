@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -166,7 +167,7 @@ def _where(incident: Incident, clusters: int) -> str:
     return f"{incident.cluster}:{where}" if clusters > 1 else where
 
 
-def _before_after(change: IncidentChange, value: Any) -> str:
+def _before_after(change: IncidentChange, value: Callable[[Incident], str]) -> str:
     before = "-" if change.base is None else value(change.base)
     after = "-" if change.candidate is None else value(change.candidate)
     return before if change.base is not None and before == after else f"{before} -> {after}"
@@ -196,9 +197,8 @@ def _print(
         rows += [[kind, *(f"{n:,}" for n in row.values())] for kind, row in by_kind.items() if _differs(row)]
         out.write(_table(rows))
     shown = [c for c in diff.changes if everything or c.change.value != "unchanged"]
-    if not shown:
-        out.write("\nNo incident differs." if not diff.differs else "")
-        out.write("\n")
+    if not shown:  # nothing differs (what differs is always listed)
+        out.write("\nNo incident differs.\n")
         return
     clusters = len({c.either.cluster for c in shown})
     rows = [["first evidence", "change", "kind", "where", "severity", "first evidence (base -> candidate)"]]
