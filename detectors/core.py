@@ -13,7 +13,7 @@ The core is pure: no I/O, no clock, no randomness.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -28,7 +28,7 @@ from detectors.mttf import SizeBuckets
 from detectors.sxid_catalog import classify_sxid
 from detectors.thresholds import Threshold
 from detectors.xid_burst import XidSpreadScorer, XidStormScorer, spread_filter, storm_filter
-from detectors.xid_catalog import CONTEXT_WINDOW_MS, XidCategory, classify_xid
+from detectors.xid_catalog import CONTEXT_WINDOW_MS, XidCategory, XidInfo, XidOverride, classify_xid
 from schemas.outputs import Incident, IncidentKind, IncidentStatus, JobAttribution, MttfPartial, Severity
 from schemas.records import EccSample, JobEvent, JobState, XidEvent
 from schemas.timeutil import DAY_MS, HOUR_MS, MINUTE_MS
@@ -170,8 +170,12 @@ class DetectionCore:
         *,
         owns: Callable[[str], bool] | None = None,
         local_fleet: bool = True,
+        xid_overrides: Iterable[XidOverride] = (),
     ) -> None:
         self.config = config
+        #: Catalog entries changed or added for a what-if (``faultstream diff --catalog``); kept out
+        #: of ``config`` so that a worker checkpoint's pickled config keeps its layout.
+        self._xid_overrides = {override.code: override for override in xid_overrides}
         #: Which nodes this core judges (None: all). A core of a Kafka partition owns the nodes
         #: keyed to it; it hands the fleet stage facts about those only, whatever else it sees.
         self.owns = owns
@@ -224,6 +228,7 @@ class DetectionCore:
         the restart read without the 48 before it), instead of the checkpoint being refused."""
         state.setdefault("_recent_xids", {})
         state.setdefault("_unknown_day", {})
+        state.setdefault("_xid_overrides", {})
         self.__dict__.update(state)
 
     # -- public API --------------------------------------------------------------------------
@@ -293,7 +298,7 @@ class DetectionCore:
         """Whether the storm score of ``record`` can depend on the fleet's baseline: only an XID
         that brings its GPU's window count to the storm floor (below it, no baseline makes a
         storm: the score is at most ``count / min_events``)."""
-        if not isinstance(record, XidEvent) or classify_xid(record.xid).category is XidCategory.NVLINK:
+        if not isinstance(record, XidEvent) or self._classify(record.xid).category is XidCategory.NVLINK:
             return False
         model = self._storms.get((record.cluster, record.node, record.gpu_key))
         if model is None:
@@ -411,7 +416,7 @@ class DetectionCore:
             self._xid_day[event.node] = day
             self._signal(event.node, "xid_days", event.ts_ms)
         gpu = event.gpu_key
-        info = classify_xid(event.xid, event.message, self._recent(event, gpu))
+        info = self._classify(event.xid, event.message, self._recent(event, gpu))
         # NVLink errors come in bursts on several GPUs: the spread detector owns them, the storm
         # detector looks at everything else one GPU logs.
         if info.category is XidCategory.NVLINK:
@@ -449,6 +454,12 @@ class DetectionCore:
             self._signal(event.node, "hw_incidents", event.ts_ms)
         if info.job_evidence:
             self._jobs.add_evidence(HardwareEvent(event.ts_ms, event.node, gpu, kind, event.xid))
+
+    def _classify(self, code: int, message: str = "", recent: Collection[int] = ()) -> XidInfo:
+        """The catalog's classification of an XID line, with this core's override of the code."""
+        info = classify_xid(code, message, recent)
+        override = self._xid_overrides.get(code)
+        return info if override is None else override.apply(info)
 
     def _recent(self, event: XidEvent, gpu: str) -> tuple[int, ...]:
         """The XIDs this GPU logged in the context window before ``event``; remembers ``event``."""
@@ -531,7 +542,7 @@ class DetectionCore:
         score = model.score_one(x)
         storming = model.is_anomaly(score)
         if storming:
-            info = classify_xid(event.xid)
+            info = self._classify(event.xid)
             self._emitted.incidents.extend(
                 self._incidents.observe(
                     Finding(

@@ -45,6 +45,7 @@ __all__ = [
     "Policy",
     "XidCategory",
     "XidInfo",
+    "XidOverride",
     "classify_xid",
     "deviation_for",
 ]
@@ -821,3 +822,60 @@ def classify_xid(code: int, message: str = "", recent: Collection[int] = ()) -> 
     if entry is None:
         return _unknown(code)
     return _classify(entry, message, recent)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class XidOverride:
+    """A catalog entry changed or added for one code: a rule change to try before it is made.
+
+    ``faultstream diff --catalog FILE`` replays history with overrides to show which incidents the
+    change adds, removes or changes; a change that is kept is then written as a :class:`Deviation`.
+    An override replaces the fields it names on every line of the code, after the message rules
+    (a 154 overridden to ``warn`` is ``warn`` whatever recovery action its line states).
+
+    Attributes
+    ----------
+    code
+        The XID.
+    name, category, severity, hardware, action
+        The fields to replace (None keeps the catalog's). A code outside NVIDIA's catalog needs a
+        ``category`` and a ``severity`` to be more than ``unknown``.
+    source
+        Where the override came from (a file), shown as the basis of the classification.
+
+    Examples
+    --------
+    >>> app_as_hw = XidOverride(code=13, severity=Severity.CRITICAL, hardware=True)
+    >>> info = app_as_hw.apply(classify_xid(13))
+    >>> info.severity.value, info.category.value, info.job_evidence
+    ('critical', 'application', True)
+    >>> new = XidOverride(code=999, category=XidCategory.MEMORY, severity=Severity.WARN)
+    >>> new.apply(classify_xid(999)).category.value, new.apply(classify_xid(999)).known
+    ('memory', True)
+    """
+
+    code: int
+    name: str | None = None
+    category: XidCategory | None = None
+    severity: Severity | None = None
+    hardware: bool | None = None
+    action: str | None = None
+    source: str = "a catalog override"
+
+    def apply(self, info: XidInfo) -> XidInfo:
+        """``info`` with this override's fields in place of the catalog's."""
+        category = self.category or info.category
+        changed = replace(
+            info,
+            name=info.name if self.name is None else self.name,
+            category=category,
+            severity=self.severity or info.severity,
+            hardware=info.hardware if self.hardware is None else self.hardware,
+            action=info.action if self.action is None else self.action,
+            basis=f"override ({self.source}) of: {info.basis}",
+            known=info.known or category is not XidCategory.UNKNOWN,
+        )
+        if self.severity is not None or self.hardware is not None:
+            # A deviation's job-evidence exception was made for its own severity and hardware flag.
+            changed = replace(changed, deviation=None)
+        return changed

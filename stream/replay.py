@@ -22,12 +22,18 @@ from schemas.records import RECORD_KIND, InvalidRecord
 from stream.inputs.files import LateRecord, MergedInputs, SourceStats
 from stream.inputs.parsers import Format
 from stream.inputs.parsers.options import ParseOptions
-from stream.pipeline import RecordPipeline
+from stream.pipeline import RecordPipeline, RecordSink
 from stream.settings import Settings
 from stream.sinks.clickhouse import ClickHouseSink, SinkFlushError, flush_with_retry
-from stream.sinks.dead_letters import DeadLetterFile, DeadLetterPolicy, NoDeadLetters, to_dead_letter
+from stream.sinks.dead_letters import (
+    DeadLetterFile,
+    DeadLetterPolicy,
+    DeadLetterProducer,
+    NoDeadLetters,
+    to_dead_letter,
+)
 
-__all__ = ["ReplaySummary", "replay"]
+__all__ = ["ReplaySummary", "replay", "run_files"]
 
 _log = logging.getLogger("faultstream.replay")
 
@@ -104,14 +110,71 @@ def replay(
     DeadLetterLimitExceeded
         When too many of a file's records are bad; what was good so far has been written.
     """
+    sink = ClickHouseSink(client, settings.database, settings.sink_batch_rows)
+
+    def flush(final: bool) -> None:
+        if final or sink.should_flush():
+            flush_with_retry(sink, on_retry=_log_retry)
+
+    letters = DeadLetterFile(dead_letter_file) if dead_letter_file is not None else NoDeadLetters()
+    try:
+        summary = run_files(
+            paths,
+            settings,
+            DetectionCore(settings.core_config()),
+            sink,
+            options,
+            fmt=fmt,
+            progress=progress,
+            dead_letters=letters,
+            flush=flush,
+        )
+    finally:
+        if isinstance(letters, DeadLetterFile):
+            letters.close()
+    summary.rows_written = sink.rows_written
+    return summary
+
+
+def run_files(
+    paths: Iterable[Path],
+    settings: Settings,
+    core: DetectionCore,
+    sink: RecordSink,
+    options: ParseOptions,
+    *,
+    fmt: Format | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    dead_letters: DeadLetterProducer | None = None,
+    flush: Callable[[bool], None] | None = None,
+) -> ReplaySummary:
+    """Run files through ``core`` into ``sink``: the loop of a replay, whatever the sink.
+
+    :func:`replay` runs it into ClickHouse; ``faultstream diff`` into memory, twice.
+
+    Parameters
+    ----------
+    paths, settings, options, fmt, progress
+        As for :func:`replay`.
+    core
+        The detection core to run (its configuration is the replay's).
+    sink
+        Where records and what the core decided go.
+    dead_letters
+        Where dead letters go besides the sink (default: nowhere).
+    flush
+        Called as ``flush(final)`` after each drain of the core (``final`` False: flush if the
+        batch is full) and once at the end, also after an error (``final`` True).
+
+    Raises
+    ------
+    DeadLetterLimitExceeded
+        When too many of a file's records are bad.
+    """
     started = time.perf_counter()
     inputs = MergedInputs(paths, options, fmt, settings.allowed_lateness_seconds * 1000)
-    sink = ClickHouseSink(client, settings.database, settings.sink_batch_rows)
     policy = DeadLetterPolicy.from_settings(settings)
-    letters = DeadLetterFile(dead_letter_file) if dead_letter_file is not None else NoDeadLetters()
-    pipeline = RecordPipeline(
-        DetectionCore(settings.core_config()), sink, letters, settings.allowed_lateness_seconds
-    )
+    pipeline = RecordPipeline(core, sink, dead_letters or NoDeadLetters(), settings.allowed_lateness_seconds)
     summary = ReplaySummary(sources=inputs.sources)
     try:
         for count, (item, stats) in enumerate(inputs, 1):
@@ -133,18 +196,16 @@ def replay(
                 policy.good(stats.path)
             if count % _DRAIN_EVERY == 0:
                 summary.record(pipeline.drain())
-                if sink.should_flush():
-                    flush_with_retry(sink, on_retry=_log_retry)
+                if flush is not None:
+                    flush(False)
                 if progress is not None:
                     progress(inputs.bytes_done(), inputs.total_bytes)
         summary.record(pipeline.finish())
     finally:
         summary.record(pipeline.drain())
-        flush_with_retry(sink, on_retry=_log_retry)
-        if isinstance(letters, DeadLetterFile):
-            letters.close()
+        if flush is not None:
+            flush(True)
     if progress is not None:
         progress(inputs.total_bytes, inputs.total_bytes)
-    summary.rows_written = sink.rows_written
     summary.seconds = time.perf_counter() - started
     return summary

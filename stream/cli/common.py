@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any, TypeAlias
 
 import orjson
 
 from schemas.timeutil import parse_ts
+from stream.inputs.parsers import Format
+from stream.inputs.parsers.options import ParseOptions
 from stream.settings import Settings
 
 __all__ = [
@@ -22,10 +25,13 @@ __all__ = [
     "EXIT_USAGE",
     "Commands",
     "add_command",
+    "add_input_arguments",
     "add_mttf_window_argument",
     "add_store_arguments",
+    "parse_options_from_args",
     "parse_time_argument",
     "print_json",
+    "progress_bar",
     "settings_from_args",
 ]
 
@@ -85,6 +91,67 @@ def add_store_arguments(parser: argparse.ArgumentParser) -> None:
         "else the embedded store in --data-dir",
     )
     parser.add_argument("--data-dir", help="embedded store folder (default ./faultstream-data)")
+
+
+def add_input_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the input files and how to read them, the options of every command that replays files.
+
+    Parameters
+    ----------
+    parser
+        The command's parser (``replay``, ``diff``).
+    """
+    parser.add_argument(
+        "files",
+        nargs="+",
+        type=Path,
+        help="kernel logs, sacct -P, DCGM text, nvidia-smi -q, JSONL; or folders of them",
+    )
+    parser.add_argument(
+        "--cluster", help="cluster name for records that carry none (default: FAULTSTREAM_CLUSTER)"
+    )
+    parser.add_argument("--node", help="node name for kernel logs and nvidia-smi files without a host field")
+    parser.add_argument(
+        "--year", type=int, help="year of syslog / journalctl-short timestamps, which have none"
+    )
+    parser.add_argument(
+        "--boot-time", type=parse_time_argument, help="boot time (ISO) of a plain dmesg file's node"
+    )
+    parser.add_argument(
+        "--scrape-time", type=parse_time_argument, help="time (ISO) of DCGM samples without timestamps"
+    )
+    parser.add_argument(
+        "--timezone", default="UTC", help="zone of sacct and dmesg -T local times (default UTC)"
+    )
+    parser.add_argument(
+        "--format", choices=[f.value for f in Format], help="force one input format for all files"
+    )
+
+
+def parse_options_from_args(args: argparse.Namespace, settings: Settings) -> ParseOptions:
+    """The parser options of :func:`add_input_arguments`' command line.
+
+    Parameters
+    ----------
+    args
+        The parsed command line.
+    settings
+        The settings (the cluster and GPUs per node records that state none get).
+
+    Returns
+    -------
+    ParseOptions
+        How to read the files.
+    """
+    return ParseOptions(
+        cluster=args.cluster or settings.cluster,
+        node=args.node,
+        year=args.year,
+        boot_time_ms=args.boot_time,
+        scrape_time_ms=args.scrape_time,
+        gpus_per_node=settings.gpus_per_node,
+        timezone=args.timezone,
+    )
 
 
 def add_mttf_window_argument(parser: argparse.ArgumentParser) -> None:
@@ -158,3 +225,19 @@ def print_json(data: Any) -> None:
         Plain data; values JSON has no type for (times, paths) are printed as their ``str``.
     """
     sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2, default=str).decode() + "\n")
+
+
+def progress_bar(enabled: bool | None, desc: str = "replay") -> tuple[Any, Any]:
+    """A bar of the bytes read and the callback that moves it; ``None`` shows it on a terminal only."""
+    from tqdm import tqdm
+
+    bar = tqdm(
+        total=0, unit="B", unit_scale=True, desc=desc, disable=None if enabled is None else not enabled
+    )
+
+    def update(done: int, total: int) -> None:
+        if bar.total != total:
+            bar.total = total
+        bar.update(done - bar.n)
+
+    return bar, update

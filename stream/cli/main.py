@@ -13,7 +13,7 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 
-from stream.cli import explain, kafka, replay, simulate, store
+from stream.cli import diff, explain, kafka, replay, simulate, store
 from stream.cli.common import EXIT_DEAD_LETTERS, EXIT_KAFKA, EXIT_STORE, EXIT_USAGE
 from stream.kafka.security import KafkaAccessError
 from stream.settings import SettingsError
@@ -63,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     # whatever their family.
     replay.add_replay_parser(commands)
     store.add_report_parser(commands)
+    diff.add_diff_parser(commands)
     kafka.add_init_kafka_parser(commands)
     kafka.add_worker_parser(commands)
     kafka.add_tail_parser(commands)

@@ -10,10 +10,12 @@ from typing import Any
 from stream.cli.common import (
     Commands,
     add_command,
+    add_input_arguments,
     add_mttf_window_argument,
     add_store_arguments,
-    parse_time_argument,
+    parse_options_from_args,
     print_json,
+    progress_bar,
     settings_from_args,
 )
 from stream.inputs.parsers import Format
@@ -37,31 +39,7 @@ def add_replay_parser(commands: Commands) -> None:
         help="replay log files through the detectors into ClickHouse, then print the report",
         example="faultstream replay examples/sim-48x14/logs",
     )
-    replay.add_argument(
-        "files",
-        nargs="+",
-        type=Path,
-        help="kernel logs, sacct -P, DCGM text, nvidia-smi -q, JSONL; or folders of them",
-    )
-    replay.add_argument(
-        "--cluster", help="cluster name for records that carry none (default: FAULTSTREAM_CLUSTER)"
-    )
-    replay.add_argument("--node", help="node name for kernel logs and nvidia-smi files without a host field")
-    replay.add_argument(
-        "--year", type=int, help="year of syslog / journalctl-short timestamps, which have none"
-    )
-    replay.add_argument(
-        "--boot-time", type=parse_time_argument, help="boot time (ISO) of a plain dmesg file's node"
-    )
-    replay.add_argument(
-        "--scrape-time", type=parse_time_argument, help="time (ISO) of DCGM samples without timestamps"
-    )
-    replay.add_argument(
-        "--timezone", default="UTC", help="zone of sacct and dmesg -T local times (default UTC)"
-    )
-    replay.add_argument(
-        "--format", choices=[f.value for f in Format], help="force one input format for all files"
-    )
+    add_input_arguments(replay)
     replay.add_argument("--dead-letters", type=Path, help="also write dead letters to this JSONL file")
     replay.add_argument(
         "--to",
@@ -85,22 +63,6 @@ def add_replay_parser(commands: Commands) -> None:
     )
     add_store_arguments(replay)
     replay.set_defaults(handler=run_replay)
-
-
-def _progress_bar(enabled: bool | None) -> tuple[Any, Any]:
-    """A bar of the bytes read and the callback that moves it; ``None`` shows it on a terminal only."""
-    from tqdm import tqdm
-
-    bar = tqdm(
-        total=0, unit="B", unit_scale=True, desc="replay", disable=None if enabled is None else not enabled
-    )
-
-    def update(done: int, total: int) -> None:
-        if bar.total != total:
-            bar.total = total
-        bar.update(done - bar.n)
-
-    return bar, update
 
 
 def _kafka_address(value: str) -> str:
@@ -129,22 +91,14 @@ def run_replay(args: argparse.Namespace) -> int:
     from stream.sinks.store import connect
 
     settings = settings_from_args(args)
-    options = ParseOptions(
-        cluster=settings.cluster,
-        node=args.node,
-        year=args.year,
-        boot_time_ms=args.boot_time,
-        scrape_time_ms=args.scrape_time,
-        gpus_per_node=settings.gpus_per_node,
-        timezone=args.timezone,
-    )
+    options = parse_options_from_args(args, settings)
     if args.to:
         return _publish(args, settings.with_overrides(kafka_bootstrap=_kafka_address(args.to)), options)
     client = connect(settings)
     dead_letter_file = args.dead_letters
     if dead_letter_file is None and settings.is_embedded:
         dead_letter_file = Path(settings.data_dir) / "dead-letters.jsonl"
-    bar, update = _progress_bar(args.progress)
+    bar, update = progress_bar(args.progress)
     try:
         summary = replay(
             args.files,
@@ -228,7 +182,7 @@ def _publish(args: argparse.Namespace, settings: Settings, options: ParseOptions
     from stream.kafka.security import check_kafka
 
     asyncio.run(check_kafka(settings))  # a wrong password or certificate: one line, at once
-    bar, update = _progress_bar(args.progress)
+    bar, update = progress_bar(args.progress)
     try:
         summary = asyncio.run(
             publish(
