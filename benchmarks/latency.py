@@ -72,17 +72,8 @@ from stream.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "stream.cli"]
-TOPIC_SETTINGS = (
-    "XID",
-    "ECC",
-    "JOBS",
-    "JOBS_BY_NODE",
-    "INCIDENTS",
-    "DEAD_LETTERS",
-    "CHECKPOINTS",
-    "FLEET",
-    "FLEET_BASELINES",
-)
+#: The topic settings, by name without the prefix (XID, ECC, ..., FLEET_BASELINES).
+TOPIC_SETTINGS = tuple(name.removeprefix("FAULTSTREAM_TOPIC_") for name in Settings.topic_env_names())
 CLUSTER = "latency"
 GPUS = 8
 PLANT_GPUS = 7  # GPUs 0-6 take plants; GPU 7 carries the rare SBEs

@@ -73,21 +73,14 @@ import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from stream.settings import Settings
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 CLI = [sys.executable, "-m", "stream.cli"]
 INPUTS = ("kernel.log", "sacct.txt", "dcgm.prom")
-TOPIC_SETTINGS = (
-    "XID",
-    "ECC",
-    "JOBS",
-    "JOBS_BY_NODE",
-    "INCIDENTS",
-    "DEAD_LETTERS",
-    "CHECKPOINTS",
-    "FLEET",
-    "FLEET_BASELINES",
-)
+#: The topic settings, by name without the prefix (XID, ECC, ..., FLEET_BASELINES).
+TOPIC_SETTINGS = tuple(name.removeprefix("FAULTSTREAM_TOPIC_") for name in Settings.topic_env_names())
 #: Topics every worker run gets afresh (the worker writes them; a second run must not read the first's).
 PER_RUN_TOPICS = ("JOBS_BY_NODE", "INCIDENTS", "DEAD_LETTERS", "CHECKPOINTS", "FLEET", "FLEET_BASELINES")
 POLL_SECONDS = 0.2

@@ -278,6 +278,20 @@ class Settings:
         )
 
     @classmethod
+    def topic_env_names(cls) -> tuple[str, ...]:
+        """The environment variables naming topics (``FAULTSTREAM_TOPIC_XID``, ...): what a test or
+        benchmark sets to give a deployment topics of its own.
+
+        >>> Settings.topic_env_names()[:3]
+        ('FAULTSTREAM_TOPIC_XID', 'FAULTSTREAM_TOPIC_ECC', 'FAULTSTREAM_TOPIC_JOBS')
+        """
+        return tuple(
+            ENV_PREFIX + f.name.upper()
+            for f in fields(cls)
+            if f.name.startswith("topic_") and f.type in (str, "str")
+        )
+
+    @classmethod
     def reference(cls) -> list[tuple[str, str, str]]:
         """``(environment variable, default, description)`` for every setting."""
         return [

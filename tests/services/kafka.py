@@ -238,17 +238,12 @@ async def consume(
         await consumer.stop()
 
 
-TOPIC_SETTINGS = (
-    "XID",
-    "ECC",
-    "JOBS",
-    "JOBS_BY_NODE",
-    "INCIDENTS",
-    "DEAD_LETTERS",
-    "CHECKPOINTS",
-    "FLEET",
-    "FLEET_BASELINES",
-)
+def topic_settings() -> tuple[str, ...]:
+    """The topic settings, by name without the prefix (XID, ECC, ..., FLEET_BASELINES). Imported
+    here, not at the top: the broker scripts run this module without the detectors' imports."""
+    from stream.settings import Settings
+
+    return tuple(name.removeprefix("FAULTSTREAM_TOPIC_") for name in Settings.topic_env_names())
 
 
 def deployment_env(bootstrap: str, prefix: str, partitions: int, **extra: str) -> dict[str, str]:
@@ -261,7 +256,7 @@ def deployment_env(bootstrap: str, prefix: str, partitions: int, **extra: str) -
         "FAULTSTREAM_WORKER_FLEET_IDLE_SECONDS": "15",
         "FAULTSTREAM_WORKER_APP_ID": prefix,
         "FAULTSTREAM_METRICS_PORT": "0",  # tests that read metrics pick a free port
-        **{f"FAULTSTREAM_TOPIC_{name}": f"{prefix}.{name.lower()}" for name in TOPIC_SETTINGS},
+        **{f"FAULTSTREAM_TOPIC_{name}": f"{prefix}.{name.lower()}" for name in topic_settings()},
     }
     env.update(extra)
     return env
@@ -269,5 +264,5 @@ def deployment_env(bootstrap: str, prefix: str, partitions: int, **extra: str) -
 
 def delete_deployment_topics(env: dict[str, str]) -> None:
     """Delete the topics named in a :func:`deployment_env`."""
-    for name in TOPIC_SETTINGS:
+    for name in topic_settings():
         delete_topic(env[f"FAULTSTREAM_TOPIC_{name}"], bootstrap=env["FAULTSTREAM_KAFKA_BOOTSTRAP"])
