@@ -12,6 +12,8 @@ each figure the median of ``--runs`` runs:
 
 1. a bare aiokafka consumer: assigns the xid, ecc and jobs partitions, reads them from the
    beginning, splits every message value on ``b"\\n"`` and ``orjson.loads`` every non-empty line;
+   then the same consumer decoding each line into its validated record (``decode_record``, what
+   the worker does before anything else: SPEC's "reads and decodes"; the first row is the floor);
 2. a minimal quix-streams application (``benchmarks/quix_decode_only.py``; ``pip install -e
    .[bench]``) doing the same in a fresh consumer group — what a Python team would pick instead
    of Faust; the row says "not installed" when the package is missing;
@@ -73,6 +75,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from stream.kafka.codec import decode_record
 from stream.settings import Settings
 
 HERE = Path(__file__).resolve().parent
@@ -84,11 +87,14 @@ TOPIC_SETTINGS = tuple(name.removeprefix("FAULTSTREAM_TOPIC_") for name in Setti
 #: Topics every worker run gets afresh (the worker writes them; a second run must not read the first's).
 PER_RUN_TOPICS = ("JOBS_BY_NODE", "INCIDENTS", "DEAD_LETTERS", "CHECKPOINTS", "FLEET", "FLEET_BASELINES")
 POLL_SECONDS = 0.2
+#: Input topic setting -> the record kind its lines decode to.
+INPUT_KINDS = {"XID": "xid", "ECC": "ecc", "JOBS": "job"}
 #: The topic a Faust app (worker or decode-only agent) creates for its group's leader election.
 FAUST_LEADER_TOPIC = "{}-__assignor-__leader"
 
 ROWS = {
     "bare": "bare aiokafka consumer (split + orjson)",
+    "validated": "bare consumer + validation (decode_record)",
     "quix": "quix-streams app (split + orjson)",
     "faust": "Faust decode-only agent (split + orjson)",
     "worker": "faultstream worker",
@@ -247,8 +253,11 @@ async def read_index(
     return index, records, messages
 
 
-async def bare_consumer(bootstrap: str, tps: list[TopicPartition], wanted: int) -> Measurement:
-    """Row 1: read and decode every record of ``tps`` from the beginning."""
+async def bare_consumer(
+    bootstrap: str, tps: list[TopicPartition], wanted: int, kinds: dict[str, str] | None = None
+) -> Measurement:
+    """Row 1: read and decode every record of ``tps`` from the beginning; with ``kinds`` (topic ->
+    record kind), decode each line into its validated record as the worker does (row 1b)."""
     launched = time.perf_counter()
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
@@ -267,11 +276,15 @@ async def bare_consumer(bootstrap: str, tps: list[TopicPartition], wanted: int) 
             batches = await consumer.getmany(timeout_ms=1000, max_records=10_000)
             if batches and not first:
                 first = time.perf_counter()
-            for batch in batches.values():
+            for tp, batch in batches.items():
+                kind = kinds[tp.topic] if kinds else None
                 for message in batch:
                     for line in message.value.split(b"\n"):
                         if line:
-                            loads(line)
+                            if kind is None:
+                                loads(line)
+                            else:
+                                decode_record(kind, line, tp.topic, "bench")
                             records += 1
         end = time.perf_counter()
     finally:
@@ -428,6 +441,15 @@ async def measure(args: argparse.Namespace, files: list[Path], workdir: Path) ->
                     m = await bare_consumer(args.kafka, tps, published.records)
                     log(f"  bare consumer run {run}: {m.launch:,.0f} / {m.steady:,.0f} records/s")
                     results.add("bare", n, m)
+                kinds = {
+                    published.env[f"FAULTSTREAM_TOPIC_{name}"]: kind for name, kind in INPUT_KINDS.items()
+                }
+                for run in range(args.runs):
+                    m = await bare_consumer(args.kafka, tps, published.records, kinds)
+                    log(
+                        f"  bare consumer + validation run {run}: {m.launch:,.0f} / {m.steady:,.0f} records/s"
+                    )
+                    results.add("validated", n, m)
                 if facts["quix"] is None:
                     results.notes[("quix", n)] = "not installed"
                 else:
@@ -505,6 +527,7 @@ def render(args: argparse.Namespace, results: Results, facts: dict) -> str:
     for row, other, label in (
         ("worker", "embedded", "ratio worker / embedded replay (target >= 0.8)"),
         ("worker", "bare", "ratio worker / bare consumer (>= 0.25, stretch 0.5)"),
+        ("worker", "validated", "ratio worker / bare consumer + validation"),
     ):
         cells = []
         for n in settings:

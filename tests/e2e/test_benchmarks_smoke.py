@@ -44,6 +44,7 @@ def test_worker_throughput_smoke(bootstrap: str, tmp_path: Path) -> None:
     assert "1 record a message" in table and "256 records a message" in table
     for label in (
         "bare aiokafka consumer",
+        "bare consumer + validation",
         "Faust decode-only agent",
         "faultstream worker",
         "embedded replay",
@@ -56,7 +57,11 @@ def test_worker_throughput_smoke(bootstrap: str, tmp_path: Path) -> None:
             assert steady == "n/a" or number(steady) > 0, (label, values)
     quix = cells(table, "quix-streams")
     assert quix[0].startswith("not installed") or all(number(v) > 0 for v in quix), quix
-    for label in ("ratio worker / embedded replay", "ratio worker / bare consumer"):
+    for label in (
+        "ratio worker / embedded replay",
+        "ratio worker / bare consumer (",
+        "ratio worker / bare consumer + validation",
+    ):
         values = cells(table, label)
         assert len(values) == 4 and number(values[0]) > 0 and number(values[2]) > 0, (label, values)
     messages = cells(table, "messages xid / ecc / jobs")
