@@ -161,6 +161,7 @@ def build_app(settings: Settings, security: KafkaSecurity | None = None) -> faus
     @app.agent(inputs)
     @crash_on_error
     async def detect(stream: faust.StreamT[bytes]) -> None:
+        runtime.input_backlog = stream.channel.queue.qsize  # the stall watch asks it
         async for event in stream.noack().events():
             async with runtime.lock:
                 await runtime.apply(event)

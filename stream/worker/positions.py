@@ -65,6 +65,13 @@ class InputPositions(Generic[P]):
             return Delivery.NEXT
         return Delivery.REPEAT if offset < expected else Delivery.GAP
 
+    def busy(self) -> None:
+        """The reader has other messages queued ahead: no partition's silence counts as a stall
+        until it has caught up with them (a message behind a backlog is late, not lost)."""
+        now = self._clock()
+        for partition in self._delivered_at:
+            self._delivered_at[partition] = now
+
     def seek_to(self, partition: P) -> int | None:
         """The offset to read the partition again from after a gap; None if a read from there
         was asked for already and has not arrived yet (the rest of the old batch is ignored)."""

@@ -122,6 +122,19 @@ def test_nothing_happens_while_clickhouse_flushes_fail(clock: list[float]) -> No
     assert app.consumer.seeks == []
 
 
+def test_a_partition_behind_a_queued_backlog_is_not_stalled(clock: list[float]) -> None:
+    runtime, app = make_runtime()
+    queued = [4000]  # the agent's queue: the partition's next message may wait behind these
+    runtime.input_backlog = lambda: queued[0]
+    for _ in range(4):  # far longer than a stall and its re-read
+        look(runtime, clock)
+    assert app.consumer.seeks == []
+    queued[0] = 0  # caught up, and still nothing from the partition: now its silence counts
+    look(runtime, clock)
+    look(runtime, clock)
+    assert app.consumer.seeks == [(ECC, 100)]
+
+
 def test_offsets_the_broker_deleted_are_counted_as_lost_and_reading_goes_on(clock: list[float]) -> None:
     runtime, app = make_runtime()
     app.consumer.log_start = 300  # age or size retention deleted offsets 100..299
