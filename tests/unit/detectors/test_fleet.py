@@ -185,11 +185,13 @@ def partitioned(records: list[Record], partitions: int, seed: int) -> Outcome:
 
 @pytest.fixture(scope="module")
 def clusters(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Record]]:
-    """The bundled example and two simulated clusters (one with under a week of history)."""
+    """The bundled example and three simulated clusters (60 to 400 nodes; one with under a week of
+    history)."""
     found = {"example": records_of(EXAMPLE)}
     for name, sim in {
         "60 nodes x 20 days": SimulationConfig(nodes=60, days=20, seed=11, ecc_interval_minutes=720),
         "120 nodes x 5 days": SimulationConfig(nodes=120, days=5, seed=12, ecc_interval_minutes=720),
+        "400 nodes x 10 days": SimulationConfig(nodes=400, days=10, seed=13, ecc_interval_minutes=1440),
     }.items():
         folder = tmp_path_factory.mktemp("sim")
         simulate(sim, folder)
@@ -197,7 +199,9 @@ def clusters(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Record]
     return found
 
 
-@pytest.mark.parametrize("name", ["example", "60 nodes x 20 days", "120 nodes x 5 days"])
+@pytest.mark.parametrize(
+    "name", ["example", "60 nodes x 20 days", "120 nodes x 5 days", "400 nodes x 10 days"]
+)
 @pytest.mark.parametrize(("partitions", "seed"), [(1, 1), (2, 2), (4, 3), (8, 4)])
 def test_partitioned_cores_and_the_fleet_stage_decide_what_one_core_decides(
     clusters: dict[str, list[Record]], name: str, partitions: int, seed: int
@@ -217,6 +221,8 @@ def test_the_simulated_clusters_have_lemons_storms_and_cross_partition_jobs(
     """The equality above is worth something only if the fleet-wide decisions happen at all."""
     kinds = {i.kind for i in embedded(clusters["60 nodes x 20 days"]).incidents.values()}
     assert IncidentKind.LEMON_NODE in kinds
+    kinds = {i.kind for i in embedded(clusters["400 nodes x 10 days"]).incidents.values()}
+    assert {IncidentKind.LEMON_NODE, IncidentKind.XID_STORM} <= kinds
     assert any(
         isinstance(r, JobEvent) and len({partition_of(n, 4) for n in r.nodes}) > 1
         for r in clusters["60 nodes x 20 days"]
