@@ -2,8 +2,9 @@
 
 ``xid_storm``
     Forty to four hundred application XIDs (13, 31 or 43) from one GPU of a running job, over
-    20 minutes to 3 hours (the defaults of ``xid_storm_lines_*`` and ``xid_storm_minutes_*``); the job may die of it, a user-looking failure (not hardware). A storm
-    drawn on an idle node does not happen, so about ``utilization x xid_storm_rate`` happen.
+    20 minutes to 3 hours (the defaults of ``xid_storm_lines_*`` and ``xid_storm_minutes_*``);
+    the job may die of it, a user-looking failure (not hardware). A storm drawn on an idle node
+    does not happen, so about ``utilization x xid_storm_rate`` happen.
 
 :func:`plan_storms` draws them before the cluster runs; the cluster
 (:mod:`stream.simulator.scheduler`) decides with :func:`storm_window` whether each happens and
