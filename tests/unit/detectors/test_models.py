@@ -81,7 +81,9 @@ def test_model_state_is_small_and_picklable():
     for minute in range(30):
         storm.learn_one({"t": minute / 60})
         trend.learn_one({"sbe_delta": minute, "hours": 6.0})
-    assert len(pickle.dumps(trend)) < 600
+    # The trend test keeps a day of hourly error bins and baselines: still well under the
+    # 10 kB a GPU may take (100,000 GPUs in 1 GiB).
+    assert len(pickle.dumps(trend)) < 1500
     assert len(pickle.dumps(storm)) < 2000
     restored = pickle.loads(pickle.dumps(storm))
     assert restored.score_one({"t": 0.6}) == storm.score_one({"t": 0.6})
