@@ -19,7 +19,9 @@ failure time minus detection time.
 
 Censoring: a fault that began too close to the end of the simulated span to be observable as
 what it is (a degradation with less than a day of samples, a flapping link that had not yet
-spread past one GPU) is counted as *censored*: shown, but out of the recall. An incident that
+spread past one GPU, a lemon with less than two days of history), or a lemon that had at most
+one critical fault in the span (no rule can tell it from a healthy node's bad luck), is counted
+as *censored*: shown, but out of the recall. An incident that
 matches a censored fault is not a false positive.
 """
 
@@ -69,7 +71,7 @@ RULES = (
     _Rule("NVLink flapping (River)", "nvlink_flapping", frozenset({IncidentKind.NVLINK_FLAPPING}), None,
           False, DAY_MS, min_gpus=2),
     _Rule("lemon nodes (fleet)", "lemon_node", frozenset({IncidentKind.LEMON_NODE}), None, False, 0,
-          7 * DAY_MS),
+          2 * DAY_MS),
 )  # fmt: skip
 
 
@@ -129,6 +131,9 @@ def _window(fault: FaultTruth, span_end_ms: int, slack_ms: int) -> tuple[int, in
 def _censored(rule: _Rule, fault: FaultTruth, span_end_ms: int) -> bool:
     if span_end_ms - fault.onset_ms < rule.observable_after_ms:
         return True
+    faults = fault.details.get("critical_faults")
+    if fault.kind == "lemon_node" and isinstance(faults, int) and faults <= 1:
+        return True  # at most one fault in the span: any healthy node's bad luck looks the same
     gpus = fault.details.get("gpus")
     return isinstance(gpus, list) and len(gpus) < rule.min_gpus
 
