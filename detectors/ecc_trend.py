@@ -144,7 +144,8 @@ class EccTrendScorer(AnomalyDetector):
                 self._errors[-1][2] += delta
             else:
                 self._errors.append([watched - hours, watched, float(delta)])
-        if not self._history or watched - self._history[-1][0] >= 1.0:
+        # A baseline from before the warm-up is a guess from a few samples: never a reference.
+        if watched >= self.warmup_hours and (not self._history or watched - self._history[-1][0] >= 1.0):
             self._history.append((watched, self._baseline))
         self._forget(watched)
 
