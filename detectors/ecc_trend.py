@@ -170,9 +170,9 @@ class EccTrendScorer(AnomalyDetector):
         # samples cover: a sample after a gap of three days brings three days of errors.
         start = watched - max(float(x["hours"]), 1e-3)
         recent = int(x["sbe_delta"])
-        for begun, ended, errors in self._errors:
+        for begun, ended, binned in self._errors:
             if ended > watched - self.trend_hours:
-                recent += int(errors)
+                recent += int(binned)
                 start = min(start, begun)
         span = min(max(self.trend_hours, watched - start), watched)
         return max(spike, poisson_surprise(recent, reference * span))

@@ -217,7 +217,7 @@ class LemonTracker:
         # The reference leaves out the node itself and the fleet's top nodes of each signal (2%,
         # at least one): in a week-old fleet of 32, another lemon must not make a lemon look usual.
         trim = max(1, math.ceil(self.config.trim_share * fleet))
-        tops = {s: sorted(counts_of, key=lambda n, s=s: (-counts_of[n][s], n))[: trim + 1] for s in names}
+        tops = {s: _top_nodes(counts_of, s, trim + 1) for s in names}
         # Counts and exposure of the top ``trim`` and ``trim + 1`` nodes of each signal.
         top_counts = {
             s: (sum(counts_of[n][s] for n in tops[s][:trim]), sum(counts_of[n][s] for n in tops[s]))
@@ -269,3 +269,8 @@ class LemonTracker:
                 )
             )
         return verdicts
+
+
+def _top_nodes(counts_of: dict[str, dict[str, int]], signal: str, count: int) -> list[str]:
+    """The ``count`` nodes with the most of ``signal`` (ties by name: deterministic)."""
+    return sorted(counts_of, key=lambda node: (-counts_of[node][signal], node))[:count]
