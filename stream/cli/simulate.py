@@ -66,9 +66,8 @@ def add_evaluate_parser(commands: Commands) -> None:
     evaluate = add_command(
         commands,
         "evaluate",
-        help="score the store's incidents against a simulator's truth.json",
-        example="faultstream evaluate --truth /tmp/sim/truth.json --clickhouse chdb:///tmp/sim-store "
-        "(or: faultstream evaluate --matrix /tmp/matrix --quick)",
+        help="score the store's incidents against a simulator's truth.json (--matrix: the scenario matrix)",
+        example="faultstream evaluate --truth /tmp/sim/truth.json --clickhouse chdb:///tmp/sim-store",
     )
     evaluate.add_argument("--truth", type=Path, help="truth.json written by `faultstream simulate`")
     evaluate.add_argument("--json", action="store_true", help="print JSON")
@@ -93,6 +92,11 @@ def add_evaluate_parser(commands: Commands) -> None:
     )
     evaluate.add_argument(
         "--table-out", type=Path, help="with --matrix: also write the table (Markdown) here"
+    )
+    evaluate.add_argument(
+        "--html",
+        type=Path,
+        help="with --matrix: also write a page with the table and a precision/recall chart",
     )
     add_store_arguments(evaluate)
     evaluate.set_defaults(handler=run_evaluate)
@@ -176,7 +180,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
 def _run_matrix(args: argparse.Namespace) -> int:
     """``evaluate --matrix``: every cell and seed, then the table (and JSON with ``--json``)."""
-    from stream.reports.matrix import render_matrix, run_matrix
+    from stream.reports.matrix import render_matrix, run_matrix, write_matrix_html
     from stream.simulator.matrix import HELD_OUT_SEEDS, QUICK_CELLS, TUNING_SEEDS, cells_named
 
     if args.seeds == "held-out":
@@ -193,6 +197,8 @@ def _run_matrix(args: argparse.Namespace) -> int:
     (args.matrix / "matrix.json").write_text(json.dumps(results, indent=1, default=str))
     if args.table_out is not None:
         args.table_out.write_text(table + "\n")
+    if args.html is not None:
+        write_matrix_html(results, seeds, args.html)
     if args.json:
         print_json(results)
     else:

@@ -22,7 +22,7 @@ from typing import Any
 from stream.simulator import simulate
 from stream.simulator.matrix import MatrixCell, cell_config
 
-__all__ = ["pool_rows", "render_matrix", "run_cell", "run_matrix"]
+__all__ = ["matrix_chart", "pool_rows", "render_matrix", "run_cell", "run_matrix", "write_matrix_html"]
 
 
 def _faultstream(*args: str) -> str:
@@ -177,3 +177,46 @@ def render_matrix(results: Sequence[Mapping[str, Any]], seeds: Sequence[int]) ->
                 f"| {_fmt(row['median_lead_time_hours'], '{:.1f}')} | {lemon} |"
             )
     return "\n".join(lines)
+
+
+def matrix_chart(results: Sequence[Mapping[str, Any]]) -> str:
+    """Precision and recall of each detector and its baselines, pooled over the cells, as grouped
+    horizontal bars (an SVG ``<figure>`` built with the HTML report's helpers)."""
+    from stream.reports.html.svg import Frame, chart_figure, legend, svg_rect, svg_root, svg_text
+
+    rows = sorted(pool_rows(results), key=lambda r: (r["kind"], r["rule"] != "detector", r["detector"]))
+    row_height, bar = 34, 12
+    frame = Frame(40 + row_height * max(len(rows), 1), left=330, right=60, bottom=20)
+    body: list[str] = []
+    colours = {"precision": "#4c78a8", "recall": "#f58518"}
+    for index, row in enumerate(rows):
+        y = frame.y1 + index * row_height
+        label = f"{row['kind']}: {row['detector']}"
+        body.append(
+            svg_text("label", frame.x0 - 6, y + 16, label if len(label) <= 52 else label[:51] + "…", "end")
+        )
+        for offset, measure in enumerate(("precision", "recall")):
+            value = row[measure]
+            width = frame.plot_width * (value or 0.0)
+            tip = f"{label} {measure} {'-' if value is None else f'{value:.2f}'}"
+            body.append(
+                svg_rect(f"mark {measure}", frame.x0, y + offset * bar, width, bar - 2, colours[measure], tip)
+            )
+            text = "-" if value is None else f"{value:.2f}"
+            body.append(svg_text("value", frame.x0 + width + 4, y + offset * bar + 10, text))
+    title = "Detectors beside baseline rules: precision and recall over the matrix"
+    keys = legend([(colour, name, "bar") for name, colour in colours.items()])
+    return chart_figure("matrix-precision-recall", title, svg_root(frame, title, body), keys)
+
+
+def write_matrix_html(results: Sequence[Mapping[str, Any]], seeds: Sequence[int], path: Path) -> None:
+    """A standalone page: the chart of :func:`matrix_chart` and the table of :func:`render_matrix`."""
+    from stream.reports.html.markup import escape
+
+    page = (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>faultstream: scenario matrix'
+        "</title><style>body{font-family:sans-serif;margin:2em}pre{font-size:12px}"
+        ".label,.value{font-size:12px}</style></head><body><h1>Scenario matrix</h1>"
+        f"{matrix_chart(results)}<pre>{escape(render_matrix(results, seeds))}</pre></body></html>\n"
+    )
+    path.write_text(page, encoding="utf-8")

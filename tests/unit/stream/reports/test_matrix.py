@@ -73,3 +73,18 @@ def test_pooled_rows_and_the_table():
     assert pooled["fixed"]["false_alarms_per_1000_node_days"] == 2.0
     table = render_matrix(results, (1,))
     assert "| ecc_degradation | detector | trend | 2 | 10 | 9 | 9 | 1.00 | 0.90 | 40.0 |" in table
+
+
+def test_the_html_page_has_the_chart_and_the_table(tmp_path):
+    from stream.reports.matrix import write_matrix_html
+
+    row = {"kind": "lemon_node", "rule": "detector", "detector": "lemons", "truth": 2, "detected": 2,
+           "incidents": 2, "false_positives": 0, "median_lead_time_hours": None, "median_delay_hours": 5.0,
+           "missed": []}  # fmt: skip
+    results = [{"cell": "c", "seed": 1001, "family": "lemon_node", "node_days": 224.0,
+                "lemon_nodes": {"healthy_flagged_share": 0.0}, "comparison": [row]}]  # fmt: skip
+    page = tmp_path / "matrix.html"
+    write_matrix_html(results, (1001,), page)
+    text = page.read_text()
+    assert 'data-chart="matrix-precision-recall"' in text and "<svg" in text
+    assert "lemon_node: lemons precision 1.00" in text and "| lemon_node | detector | lemons |" in text
