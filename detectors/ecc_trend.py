@@ -119,6 +119,20 @@ class EccTrendScorer(AnomalyDetector):
         self._reference: float | None = None  # the newest baseline at least the lag old
         self._created_watched: float | None = None
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickle, also a worker checkpoint from before the trend test: its per-sample
+        ``baseline_alpha`` becomes the default half-life, and the trend test starts from the floor
+        prior as for a GPU that corrects its first errors (it has a day's history within a day)."""
+        state.pop("baseline_alpha", None)
+        state.setdefault("baseline_half_life_hours", 80.0)
+        state.setdefault("trend_hours", 24.0)
+        state.setdefault("reference_lag_hours", 24.0)
+        state.setdefault("_errors", deque())
+        state.setdefault("_history", deque())
+        state.setdefault("_reference", None)
+        state.setdefault("_created_watched", None)
+        self.__dict__.update(state)
+
     def _watched(self, x: dict[FeatureName, Any]) -> float:
         hours = max(float(x["hours"]), 1e-3)
         return max(float(x.get("watched_hours", hours)), hours)

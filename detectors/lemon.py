@@ -46,7 +46,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 from detectors.surprise import poisson_surprise
 from schemas.timeutil import DAY_MS, HOUR_MS
@@ -147,6 +148,17 @@ class LemonTracker:
         self.config = config
         self._nodes: dict[str, _Node] = {}
         self._first_ms: int | None = None
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickle, also a worker checkpoint from before exposure and confidence: the settings it
+        lacks take their defaults, and its nodes count as seen since the tracker's first fact."""
+        old = state["config"]
+        known = {f.name: getattr(old, f.name) for f in fields(LemonConfig) if hasattr(old, f.name)}
+        state["config"] = LemonConfig(**known)
+        for node in state["_nodes"].values():
+            if not hasattr(node, "first_ms"):
+                node.first_ms = state.get("_first_ms")
+        self.__dict__.update(state)
 
     def see_node(self, node: str, ts_ms: int) -> None:
         """Count a node in the fleet even if it never shows a signal (healthy nodes are the baseline)."""

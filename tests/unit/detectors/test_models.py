@@ -268,3 +268,35 @@ def test_lemon_expectation_scales_with_exposure():
             tracker.record(node, "hw_failures", 27 * DAY_MS + hours * 3_600_000)
     [verdict] = tracker.evaluate(28 * DAY_MS)
     assert verdict.node == "new" and verdict.exposure_days == 1.0
+
+
+def test_checkpoints_from_before_the_trend_test_and_lemon_exposure_still_load():
+    """A worker restarts from a checkpoint its previous version wrote: the ECC trend model lacks the
+    trend test's state, the lemon tracker its exposure and new settings."""
+    model = ecc_trend_filter().clone()
+    for step in range(1, 10):
+        model.learn_one({"sbe_delta": 1, "hours": 6.0, "watched_hours": 6.0 * step})
+    scorer = model.anomaly_detector
+    old = dict(scorer.__dict__)
+    for name in ("baseline_half_life_hours", "trend_hours", "reference_lag_hours", "_errors", "_history",
+                 "_reference", "_created_watched"):  # fmt: skip
+        old.pop(name)
+    old["baseline_alpha"] = 0.05
+    restored = type(scorer).__new__(type(scorer))
+    restored.__setstate__(old)
+    x = {"sbe_delta": 40, "hours": 6.0, "watched_hours": 60.0}
+    assert restored.score_one(x) > 6.0
+    restored.learn_one(x)
+
+    tracker = LemonTracker(LemonConfig())
+    for n in range(32):
+        tracker.see_node(f"n{n}", 0)
+    for day in range(5):
+        for signal in ("hw_incidents", "hw_failures", "node_fails"):
+            tracker.record("n7", signal, day * DAY_MS + 3_600_000)
+    state = dict(tracker.__dict__)
+    for node in state["_nodes"].values():
+        del node.first_ms
+    restored_tracker = LemonTracker.__new__(LemonTracker)
+    restored_tracker.__setstate__(pickle.loads(pickle.dumps(state)))
+    assert [v.node for v in restored_tracker.evaluate(6 * DAY_MS)] == ["n7"]
