@@ -82,7 +82,7 @@ class CoreConfig:
     gpus_per_node: int = 8
     ecc_keep_interval_ms: int = DAY_MS
     storm_window_hours: float = 1.0
-    storm_min_events: int = 20
+    storm_min_events: int = 10
     spread_window_hours: float = 24.0
     spread_min_events: int = 6
     spread_min_gpus: int = 2

@@ -28,6 +28,7 @@ Assumptions
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from typing import Any
 
@@ -41,19 +42,28 @@ __all__ = ["EccTrendScorer", "ecc_trend_filter"]
 
 
 class EccTrendScorer(AnomalyDetector):
-    """Scores a GPU's recent correctable errors against its own baseline rate.
+    """Scores a GPU's recent correctable errors against its own baseline rate, now and as it was.
 
     Parameters
     ----------
     window
-        Samples (this one included) whose errors are tested together.
-    baseline_alpha
-        Weight of each new sample in the baseline rate once the GPU has been watched for long;
-        before that the baseline is the mean rate over the whole time it was watched.
+        Samples (this one included) whose errors are tested together against the baseline
+        (the spike test).
+    baseline_half_life_hours
+        Half-life of a sample's weight in the baseline once the GPU has been watched for long;
+        before that the baseline is the mean rate over the whole time it was watched. Time, not
+        samples: a 30-second and a 6-hour scrape forget alike (80 h is a weight of 0.05 per
+        6-hour sample).
     floor_per_day
         The lowest baseline rate: what a healthy GPU may plausibly correct per day.
     warmup_hours
         Observation time before a GPU's samples are scored.
+    trend_hours
+        The trend test counts the errors of this long (this sample included) ...
+    reference_lag_hours
+        ... against the baseline as it was at least this long ago. A slow, smooth rise moves
+        the baseline along with it, so that each sample looks like the last; the rate a day ago
+        does not move, and a GPU correcting far more than it did then is degrading.
 
     Examples
     --------
@@ -61,46 +71,143 @@ class EccTrendScorer(AnomalyDetector):
     >>> for step, delta in enumerate((1, 0, 1, 1, 0, 1, 1, 0), start=1):   # ~2.5 a day: its normal
     ...     model.learn_one({"sbe_delta": delta, "hours": 6.0, "watched_hours": 6.0 * step})
     >>> round(model.score_one({"sbe_delta": 2, "hours": 6.0, "watched_hours": 54.0}), 1)
-    0.6
+    0.7
     >>> round(model.score_one({"sbe_delta": 40, "hours": 6.0, "watched_hours": 54.0}), 1)  # far above
-    35.5
+    36.2
+
+    A GPU clean for a week whose errors then rise smoothly, a little more each 15-minute scrape
+    (a rate rising linearly from zero to 200 a day over 3.5 days): the spike test alone follows
+    the rise; the trend test flags it within the first day.
+
+    >>> model = EccTrendScorer()
+    >>> model.learn_one({"sbe_delta": 0, "hours": 168.0, "watched_hours": 168.0})
+    >>> first = None
+    >>> for k in range(1, 4 * 84):
+    ...     x = {"sbe_delta": round(200 / 24 * (k / (4 * 84)) / 4), "hours": 0.25,
+    ...          "watched_hours": 168.0 + k / 4}
+    ...     if first is None and model.score_one(x) >= 6.0:
+    ...         first = k / 4
+    ...     model.learn_one(x)
+    >>> first is not None and first < 24
+    True
     """
 
     def __init__(
         self,
         window: int = 4,
-        baseline_alpha: float = 0.05,
+        baseline_half_life_hours: float = 80.0,
         floor_per_day: float = 1.0,
         warmup_hours: float = 24.0,
+        trend_hours: float = 24.0,
+        reference_lag_hours: float = 24.0,
     ) -> None:
         self.window = window
-        self.baseline_alpha = baseline_alpha
+        self.baseline_half_life_hours = baseline_half_life_hours
         self.floor_per_day = floor_per_day
         self.warmup_hours = warmup_hours
+        self.trend_hours = trend_hours
+        self.reference_lag_hours = reference_lag_hours
         self._recent: deque[tuple[int, float]] = deque(maxlen=max(window - 1, 0))
         # The baseline starts at the floor, a prior worth one sample: a GPU clean until now that
         # corrects its first errors must not have them taken as its normal rate.
         self._baseline = floor_per_day / 24.0
+        # Errors of the trend window in bins of about an hour (so a 30-second scrape keeps a day
+        # in two dozen entries): [first sample's start, last sample's end, errors], watched hours.
+        self._errors: deque[list[float]] = deque()
+        # Baselines as they were, (watched hours, per hour), about one an hour.
+        self._history: deque[tuple[float, float]] = deque()
+        self._reference: float | None = None  # the newest baseline at least the lag old
+        self._created_watched: float | None = None
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickle, also a worker checkpoint from before the trend test: its per-sample
+        ``baseline_alpha`` becomes the default half-life, and the trend test starts from the floor
+        prior as for a GPU that corrects its first errors (it has a day's history within a day)."""
+        state.pop("baseline_alpha", None)
+        state.setdefault("baseline_half_life_hours", 80.0)
+        state.setdefault("trend_hours", 24.0)
+        state.setdefault("reference_lag_hours", 24.0)
+        state.setdefault("_errors", deque())
+        state.setdefault("_history", deque())
+        state.setdefault("_reference", None)
+        state.setdefault("_created_watched", None)
+        self.__dict__.update(state)
+
+    def _watched(self, x: dict[FeatureName, Any]) -> float:
+        hours = max(float(x["hours"]), 1e-3)
+        return max(float(x.get("watched_hours", hours)), hours)
 
     def learn_one(self, x: dict[FeatureName, Any]) -> None:
-        """Fold the sample into the baseline and the recent window."""
+        """Fold the sample into the baseline, the recent window and the trend window."""
         delta, hours = int(x["sbe_delta"]), max(float(x["hours"]), 1e-3)
+        watched = self._watched(x)
+        if self._created_watched is None:
+            self._created_watched = watched - hours
         # The time-weighted mean rate over everything watched so far (a GPU clean for weeks has a
-        # near-zero baseline however its first errors look), until that weight drops below alpha;
-        # then an exponentially weighted mean that follows slow changes only.
-        watched = max(float(x.get("watched_hours", hours)), hours)
-        weight = max(self.baseline_alpha, hours / watched)
+        # near-zero baseline however its first errors look), until that weight drops below the
+        # forgetting of the half-life; then an exponentially weighted mean that follows slow
+        # changes only.
+        forget = 1.0 - math.exp(-hours * math.log(2.0) / self.baseline_half_life_hours)
+        weight = max(forget, hours / watched)
         self._baseline += weight * (delta / hours - self._baseline)
         if self._recent.maxlen:
             self._recent.append((delta, hours))
+        if delta > 0:
+            if self._errors and watched - self._errors[-1][0] < 1.0:
+                self._errors[-1][1] = watched
+                self._errors[-1][2] += delta
+            else:
+                self._errors.append([watched - hours, watched, float(delta)])
+        # A baseline from before the warm-up is a guess from a few samples: never a reference.
+        if watched >= self.warmup_hours and (not self._history or watched - self._history[-1][0] >= 1.0):
+            self._history.append((watched, self._baseline))
+        self._forget(watched)
+
+    def _forget(self, watched: float) -> None:
+        while self._errors and self._errors[0][1] <= watched - self.trend_hours:
+            self._errors.popleft()
+        while self._history and self._history[0][0] <= watched - self.reference_lag_hours:
+            self._reference = self._history.popleft()[1]
 
     def score_one(self, x: dict[FeatureName, Any]) -> float:
-        """Poisson surprise of the recent errors given the baseline (the state is not changed)."""
-        if float(x.get("watched_hours", self.warmup_hours)) < self.warmup_hours:
+        """The larger surprise of the spike test and the trend test (the state is not changed)."""
+        watched = float(x.get("watched_hours", self.warmup_hours))
+        if watched < self.warmup_hours:
             return 0.0
         errors = int(x["sbe_delta"]) + sum(delta for delta, _ in self._recent)
         hours = max(float(x["hours"]), 1e-3) + sum(h for _, h in self._recent)
-        return poisson_surprise(errors, self.baseline_per_hour * hours)
+        spike = poisson_surprise(errors, self.baseline_per_hour * hours)
+        reference = self.reference_per_hour(watched)
+        if reference is None:
+            return spike
+        # The errors of the samples that ended within the trend window, over the time those
+        # samples cover: a sample after a gap of three days brings three days of errors.
+        start = watched - max(float(x["hours"]), 1e-3)
+        recent = int(x["sbe_delta"])
+        for begun, ended, binned in self._errors:
+            if ended > watched - self.trend_hours:
+                recent += int(binned)
+                start = min(start, begun)
+        span = min(max(self.trend_hours, watched - start), watched)
+        return max(spike, poisson_surprise(recent, reference * span))
+
+    def reference_per_hour(self, watched_hours: float) -> float | None:
+        """The baseline as it was ``reference_lag_hours`` before ``watched_hours`` (never below the
+        floor); None while there is none to trust (a GPU with errors from its first samples,
+        watched for less than the warm-up and the lag)."""
+        reference = self._reference
+        for at, baseline in self._history:
+            if at > watched_hours - self.reference_lag_hours:
+                break
+            reference = baseline
+        if reference is None:
+            created = self._created_watched
+            # A GPU clean through its warm-up that starts to correct errors: its rate then was
+            # the floor's.
+            if created is None or created < self.warmup_hours:
+                return None
+            reference = self.floor_per_day / 24.0
+        return max(reference, self.floor_per_day / 24.0)
 
     @property
     def baseline_per_hour(self) -> float:

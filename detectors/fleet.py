@@ -353,8 +353,8 @@ class FleetCore:
                         action="drain the node and run full diagnostics; replace parts or retire it if they "
                         "fail",
                         title=f"Lemon node: signals far above the fleet over "
-                        f"{self.config.lemon.window_ms // DAY_MS} d"
-                        f" ({crossed or 'combined'})",
+                        f"{min(verdict.exposure_days, self.config.lemon.window_ms / DAY_MS):.0f} d"
+                        f" ({crossed or 'combined'}); confidence {verdict.confidence:.1%}",
                         evidence=EvidenceItem(
                             now, counter_deltas=tuple(sorted(verdict.counts.items())), jobs=verdict.jobs_hurt
                         ),

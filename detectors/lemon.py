@@ -29,15 +29,25 @@ logs more of them), so ``xid_days`` and ``failed_jobs`` expect the fleet's rate 
 the node's job runs in the window.
 
 A node is a lemon when its score reaches the threshold *and* at least one signal alone is
-``min_signal_surprise`` surprising: many mildly elevated counts that every busy node shows never
-add up to a lemon. The verdict is re-evaluated each time the watermark crosses
-``evaluate_every_ms``.
+``min_signal_surprise`` surprising, and surprising enough for the fleet's size: many mildly
+elevated counts that every busy node shows never add up to a lemon, and in a fleet of 5,000 a
+one-in-a-thousand count happens to five healthy nodes. The verdict states its confidence,
+``1 - fleet x P(strongest signal)``, and needs ``min_confidence``. The verdict is re-evaluated
+each time the watermark crosses ``evaluate_every_ms``.
+
+Decided with the history there is: verdicts start after ``min_history_ms`` (2 days), not a full
+window. Each node's expectation is the rest of the fleet's rate per node-day times the node's
+exposure (its time within the window since it was first seen), and for the hardware signals never
+below a prior healthy rate (``prior_fault_rate``, RSC-1's): in a week-old fleet of 32 nodes that
+has had two faults, a node with five is a lemon, and a node with one is not.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 from detectors.surprise import poisson_surprise
 from schemas.timeutil import DAY_MS, HOUR_MS
@@ -64,30 +74,49 @@ class LemonConfig:
     min_signal_surprise
         Surprise that at least one signal must reach on its own.
     min_history_ms
-        Event time watched before the first verdict: with a day of history, one fault is an
-        outlier of a fleet that has barely had any.
+        Event time watched before the first verdict. Short: the prior below keeps a young
+        fleet, that has barely had any fault, from calling its first unlucky node a lemon.
     episode_gap_ms
         Critical incidents on a node closer than this are one fault episode.
+    prior_fault_rate
+        Critical faults per 1000 node-days a healthy node is expected to have at the least
+        (RSC-1's 6.5): the hardware signals of a node expect at least this rate times its
+        exposure, however few faults the fleet has had so far.
+    trim_share
+        Share of the fleet's top nodes of a signal left out of the reference a node is compared
+        with (at least one, besides the node itself).
+    min_confidence
+        Confidence a verdict needs: ``1 - fleet x P(strongest signal)``, the chance that no
+        healthy node of a fleet this size would show the node's strongest signal by luck.
     """
 
     window_ms: int = 28 * DAY_MS
-    evaluate_every_ms: int = DAY_MS
+    evaluate_every_ms: int = 6 * HOUR_MS
     threshold: float = 8.0
-    min_signal_surprise: float = 4.0
-    min_history_ms: int = 7 * DAY_MS
+    min_signal_surprise: float = 3.0
+    min_history_ms: int = 2 * DAY_MS
     episode_gap_ms: int = 6 * HOUR_MS
+    prior_fault_rate: float = 6.5
+    min_confidence: float = 0.9
+    trim_share: float = 0.02
 
 
 @dataclass(frozen=True, slots=True)
 class LemonVerdict:
-    """One node found to be a lemon at one evaluation."""
+    """One node found to be a lemon at one evaluation.
+
+    ``confidence`` is ``1 - fleet x P(strongest signal | an average node)``; ``exposure_days``
+    the node's time in the window (the history the verdict had).
+    """
 
     node: str
     score: float
     counts: dict[str, int]
-    expected: dict[str, float]  # what an average node with this load would count
+    expected: dict[str, float]  # what an average node with this load and exposure would count
     crossed: tuple[str, ...]
     jobs_hurt: tuple[str, ...]
+    confidence: float = 1.0
+    exposure_days: float = 0.0
 
 
 @dataclass(slots=True)
@@ -96,6 +125,7 @@ class _Node:
         default_factory=lambda: {s: deque() for s in (*SIGNALS, "job_runs")}
     )
     failed: deque[tuple[int, str]] = field(default_factory=deque)
+    first_ms: int | None = None  # first fact about the node: its exposure starts here
 
 
 class LemonTracker:
@@ -119,6 +149,17 @@ class LemonTracker:
         self._nodes: dict[str, _Node] = {}
         self._first_ms: int | None = None
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickle, also a worker checkpoint from before exposure and confidence: the settings it
+        lacks take their defaults, and its nodes count as seen since the tracker's first fact."""
+        old = state["config"]
+        known = {f.name: getattr(old, f.name) for f in fields(LemonConfig) if hasattr(old, f.name)}
+        state["config"] = LemonConfig(**known)
+        for node in state["_nodes"].values():
+            if not hasattr(node, "first_ms"):
+                node.first_ms = state.get("_first_ms")
+        self.__dict__.update(state)
+
     def see_node(self, node: str, ts_ms: int) -> None:
         """Count a node in the fleet even if it never shows a signal (healthy nodes are the baseline)."""
         self._node(node, ts_ms)
@@ -129,6 +170,8 @@ class LemonTracker:
         state = self._nodes.get(node)
         if state is None:
             state = self._nodes[node] = _Node()
+        if state.first_ms is None or ts_ms < state.first_ms:
+            state.first_ms = ts_ms
         return state
 
     def record(self, node: str, signal: str, ts_ms: int) -> None:
@@ -163,23 +206,66 @@ class LemonTracker:
                 state.failed.popleft()
 
     def evaluate(self, now_ms: int) -> list[LemonVerdict]:
-        """Verdicts for the window ending at ``now_ms``: the lemons, in node order."""
+        """Verdicts for the window ending at ``now_ms``: the lemons, in node order.
+
+        Each node is compared with the rest of the fleet without its top nodes (in a fleet of 32,
+        two lemons would otherwise raise the mean they are compared with), scaled to its exposure
+        (time in the window, since its first fact) and, for the load-scaled signals, its work.
+        """
         self._expire(now_ms)
         fleet = len(self._nodes)
         if fleet == 0 or self._first_ms is None or now_ms - self._first_ms < self.config.min_history_ms:
             return []
-        means = {
-            s: sum(len(n.signals[s]) for n in self._nodes.values()) / fleet for s in (*SIGNALS, "job_runs")
+        start = now_ms - self.config.window_ms
+        exposure = {
+            name: max(now_ms - max(start, state.first_ms if state.first_ms is not None else now_ms), 0)
+            / DAY_MS
+            for name, state in self._nodes.items()
         }
+        names = (*SIGNALS, "job_runs")
+        counts_of = {name: {s: len(state.signals[s]) for s in names} for name, state in self._nodes.items()}
+        totals = {s: sum(c[s] for c in counts_of.values()) for s in names}
+        total_exposure = sum(exposure.values())
+        # The reference leaves out the node itself and the fleet's top nodes of each signal (2%,
+        # at least one): in a week-old fleet of 32, another lemon must not make a lemon look usual.
+        trim = max(1, math.ceil(self.config.trim_share * fleet))
+        tops = {s: _top_nodes(counts_of, s, trim + 1) for s in names}
+        # Counts and exposure of the top ``trim`` and ``trim + 1`` nodes of each signal.
+        top_counts = {
+            s: (sum(counts_of[n][s] for n in tops[s][:trim]), sum(counts_of[n][s] for n in tops[s]))
+            for s in names
+        }
+        top_days = {
+            s: (sum(exposure[n] for n in tops[s][:trim]), sum(exposure[n] for n in tops[s])) for s in names
+        }
+        prior = self.config.prior_fault_rate / 1000.0
+        min_surprise = max(
+            self.config.min_signal_surprise,
+            math.log10(fleet) - math.log10(1.0 - self.config.min_confidence),
+        )
         verdicts = []
         for name in sorted(self._nodes):
             state = self._nodes[name]
+            days = exposure[name]
+            rates = {}
+            for s in names:
+                if name in tops[s]:  # the node is one of the top: leave the top trim + 1 out
+                    count, others = top_counts[s][1], top_days[s][1]
+                else:
+                    count, others = top_counts[s][0] + counts_of[name][s], top_days[s][0] + days
+                others = total_exposure - others
+                rates[s] = (totals[s] - count) / others if others > 0 else 0.0
             counts = {s: len(state.signals[s]) for s in SIGNALS}
-            load = (len(state.signals["job_runs"]) + 1) / (means["job_runs"] + 1)
-            expected = {s: means[s] * load if s in LOAD_SCALED else means[s] for s in SIGNALS}
+            runs = len(state.signals["job_runs"])
+            load = (runs + 1) / (rates["job_runs"] * days + 1)
+            expected = {
+                s: rates[s] * days * load if s in LOAD_SCALED else max(rates[s], prior) * days
+                for s in SIGNALS
+            }
             surprises = {s: poisson_surprise(counts[s], expected[s]) for s in SIGNALS}
             score = sum(surprises.values())
-            if score < self.config.threshold or max(surprises.values()) < self.config.min_signal_surprise:
+            strongest = max(surprises.values())
+            if score < self.config.threshold or strongest < min_surprise:
                 continue
             crossed = tuple(s for s in SIGNALS if surprises[s] >= 2.0)
             verdicts.append(
@@ -190,6 +276,13 @@ class LemonTracker:
                     expected={s: round(expected[s], 4) for s in SIGNALS},
                     crossed=crossed,
                     jobs_hurt=tuple(job for _, job in list(state.failed)[-20:]),
+                    confidence=max(0.0, 1.0 - fleet * 10.0 ** (-strongest)),
+                    exposure_days=round(days, 3),
                 )
             )
         return verdicts
+
+
+def _top_nodes(counts_of: dict[str, dict[str, int]], signal: str, count: int) -> list[str]:
+    """The ``count`` nodes with the most of ``signal`` (ties by name: deterministic)."""
+    return sorted(counts_of, key=lambda node: (-counts_of[node][signal], node))[:count]

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -65,13 +66,38 @@ def add_evaluate_parser(commands: Commands) -> None:
     evaluate = add_command(
         commands,
         "evaluate",
-        help="score the store's incidents against a simulator's truth.json",
+        help="score the store's incidents against a simulator's truth.json (--matrix: the scenario matrix)",
         example="faultstream evaluate --truth /tmp/sim/truth.json --clickhouse chdb:///tmp/sim-store",
     )
-    evaluate.add_argument(
-        "--truth", type=Path, required=True, help="truth.json written by `faultstream simulate`"
-    )
+    evaluate.add_argument("--truth", type=Path, help="truth.json written by `faultstream simulate`")
     evaluate.add_argument("--json", action="store_true", help="print JSON")
+    evaluate.add_argument(
+        "--baselines",
+        action="store_true",
+        help="also score each detector beside simple baseline rules (XID > 0, any DBE, fixed thresholds)",
+    )
+    evaluate.add_argument(
+        "--matrix",
+        type=Path,
+        metavar="WORK_DIR",
+        help="run the simulator's scenario matrix in WORK_DIR (simulate, replay, score each cell) and "
+        "print the table; --truth and the store options are not used",
+    )
+    evaluate.add_argument("--quick", action="store_true", help="with --matrix: only the quick cells (CI)")
+    evaluate.add_argument("--cells", nargs="+", metavar="CELL", help="with --matrix: only these cells")
+    evaluate.add_argument(
+        "--seeds",
+        default="held-out",
+        help="with --matrix: 'held-out' (default), 'tuning', or comma-separated seeds",
+    )
+    evaluate.add_argument(
+        "--table-out", type=Path, help="with --matrix: also write the table (Markdown) here"
+    )
+    evaluate.add_argument(
+        "--html",
+        type=Path,
+        help="with --matrix: also write a page with the table and a precision/recall chart",
+    )
     add_store_arguments(evaluate)
     evaluate.set_defaults(handler=run_evaluate)
 
@@ -135,14 +161,46 @@ def run_evaluate(args: argparse.Namespace) -> int:
     int
         The exit code: 0.
     """
+    if args.matrix is not None:
+        return _run_matrix(args)
+    if args.truth is None:
+        raise SystemExit("faultstream evaluate: --truth is required (or --matrix WORK_DIR)")
     from stream.reports.evaluation import evaluate_store, render_evaluation
     from stream.simulator.truth import Truth
     from stream.sinks.store import connect
 
     settings = settings_from_args(args)
-    result = evaluate_store(connect(settings), settings, Truth.load(args.truth))
+    result = evaluate_store(connect(settings), settings, Truth.load(args.truth), baselines=args.baselines)
     if args.json:
         print_json(result)
     else:
         sys.stdout.write(render_evaluation(result) + "\n")
+    return 0
+
+
+def _run_matrix(args: argparse.Namespace) -> int:
+    """``evaluate --matrix``: every cell and seed, then the table (and JSON with ``--json``)."""
+    from stream.reports.matrix import render_matrix, run_matrix, write_matrix_html
+    from stream.simulator.matrix import HELD_OUT_SEEDS, QUICK_CELLS, TUNING_SEEDS, cells_named
+
+    if args.seeds == "held-out":
+        seeds: tuple[int, ...] = HELD_OUT_SEEDS[:1] if args.quick else HELD_OUT_SEEDS
+    elif args.seeds == "tuning":
+        seeds = TUNING_SEEDS
+    else:
+        seeds = tuple(int(item) for item in args.seeds.split(","))
+    names = tuple(args.cells) if args.cells else (QUICK_CELLS if args.quick else None)
+    cells = cells_named(names)
+    args.matrix.mkdir(parents=True, exist_ok=True)
+    results = run_matrix(cells, seeds, args.matrix, progress=lambda name: sys.stderr.write(f"cell {name}\n"))
+    table = render_matrix(results, seeds)
+    (args.matrix / "matrix.json").write_text(json.dumps(results, indent=1, default=str))
+    if args.table_out is not None:
+        args.table_out.write_text(table + "\n")
+    if args.html is not None:
+        write_matrix_html(results, seeds, args.html)
+    if args.json:
+        print_json(results)
+    else:
+        sys.stdout.write(table + "\n")
     return 0

@@ -19,7 +19,9 @@ failure time minus detection time.
 
 Censoring: a fault that began too close to the end of the simulated span to be observable as
 what it is (a degradation with less than a day of samples, a flapping link that had not yet
-spread past one GPU) is counted as *censored*: shown, but out of the recall. An incident that
+spread past one GPU, a lemon with less than two days of history), or a lemon that had at most
+one critical fault in the span (no rule can tell it from a healthy node's bad luck), is counted
+as *censored*: shown, but out of the recall. An incident that
 matches a censored fault is not a false positive.
 """
 
@@ -28,7 +30,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from clickhouse_connect.driver.client import Client
 
@@ -38,7 +40,16 @@ from stream.settings import Settings
 from stream.simulator.truth import FaultTruth, Truth
 from stream.sinks.store import query_rows
 
-__all__ = ["DetectorScore", "evaluate_store", "render_evaluation", "score_detectors"]
+__all__ = [
+    "BASELINES",
+    "Baseline",
+    "DetectorScore",
+    "baseline_alerts",
+    "evaluate_store",
+    "render_evaluation",
+    "score_alerts",
+    "score_detectors",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +71,7 @@ RULES = (
     _Rule("NVLink flapping (River)", "nvlink_flapping", frozenset({IncidentKind.NVLINK_FLAPPING}), None,
           False, DAY_MS, min_gpus=2),
     _Rule("lemon nodes (fleet)", "lemon_node", frozenset({IncidentKind.LEMON_NODE}), None, False, 0,
-          7 * DAY_MS),
+          2 * DAY_MS),
 )  # fmt: skip
 
 
@@ -120,6 +131,9 @@ def _window(fault: FaultTruth, span_end_ms: int, slack_ms: int) -> tuple[int, in
 def _censored(rule: _Rule, fault: FaultTruth, span_end_ms: int) -> bool:
     if span_end_ms - fault.onset_ms < rule.observable_after_ms:
         return True
+    faults = fault.details.get("critical_faults")
+    if fault.kind == "lemon_node" and isinstance(faults, int) and faults <= 1:
+        return True  # at most one fault in the span: any healthy node's bad luck looks the same
     gpus = fault.details.get("gpus")
     return isinstance(gpus, list) and len(gpus) < rule.min_gpus
 
@@ -202,8 +216,222 @@ def score_detectors(truth: Truth, incidents: Iterable[Mapping[str, Any]]) -> lis
     return scores
 
 
-def evaluate_store(client: Client, settings: Settings, truth: Truth) -> dict[str, Any]:
-    """Read incidents, attributions and MTTF from the store and score them against ``truth``."""
+@dataclass(frozen=True, slots=True)
+class Baseline:
+    """A simple alert rule the detectors are compared with, on the same stored inputs.
+
+    Attributes
+    ----------
+    name
+        How the table names it.
+    truth_kind
+        The truth kind it is scored against (the detector of that kind is its rival).
+    per_gpu
+        An alert names a GPU (else a node).
+    """
+
+    name: str
+    truth_kind: str
+    per_gpu: bool
+
+
+#: The rules of thumb the issue names: ``DCGM XID > 0`` and "any DBE" pages, and fixed thresholds.
+BASELINES: Final[tuple[Baseline, ...]] = (
+    Baseline("XID > 0 (DCGM rule)", "critical_hw", True),
+    Baseline("any DBE (DCGM rule)", "critical_hw", True),
+    Baseline("SBE >= 100 in 24 h (fixed)", "ecc_degradation", True),
+    Baseline(">= 10 XIDs in 1 h (fixed)", "xid_storm", True),
+    Baseline(">= 5 XID 144 on a node in 1 d (fixed)", "nvlink_flapping", False),
+    Baseline(">= 2 hardware job failures (fixed)", "lemon_node", False),
+)
+
+#: Alerts of one rule on the same place closer than this are one alert (a pager's dedup).
+_ALERT_DEDUP_MS: Final = DAY_MS
+
+
+def _episodes(hits: Iterable[tuple[str, str, int]]) -> list[dict[str, Any]]:
+    """Alert rows from rule hits ``(node, gpu, ts)``: hits on one place within a day of the
+    previous hit are one alert, detected at its first hit."""
+    rows: list[dict[str, Any]] = []
+    last: dict[tuple[str, str], dict[str, Any]] = {}
+    for node, gpu, ts in sorted(hits, key=lambda h: (h[2], h[0], h[1])):
+        row = last.get((node, gpu))
+        if row is not None and ts - row["last_ms"] < _ALERT_DEDUP_MS:
+            row["last_ms"] = ts
+            continue
+        row = {"node": node, "gpu": gpu, "first_ms": ts, "last_ms": ts, "detected_ms": ts}
+        last[(node, gpu)] = row
+        rows.append(row)
+    return rows
+
+
+def _sliding_hits(
+    events: Iterable[tuple[str, str, int, int]], window_ms: int, at_least: int
+) -> list[tuple[str, str, int]]:
+    """Times at which a place's weighted events ``(node, gpu, ts, weight)`` within the trailing
+    ``window_ms`` reach ``at_least``."""
+    by_place: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    for node, gpu, ts, weight in events:
+        by_place.setdefault((node, gpu), []).append((ts, weight))
+    hits = []
+    for (node, gpu), items in by_place.items():
+        items.sort()
+        total, low = 0, 0
+        for ts, weight in items:
+            total += weight
+            while items[low][0] <= ts - window_ms:
+                total -= items[low][1]
+                low += 1
+            if total >= at_least:
+                hits.append((node, gpu, ts))
+    return hits
+
+
+def baseline_alerts(client: Client, settings: Settings) -> dict[str, list[dict[str, Any]]]:
+    """The alerts each of :data:`BASELINES` raises on the store's raw events, by baseline name.
+
+    Rows have ``node``, ``gpu`` (PCI bus id, or "" for a node), ``first_ms``, ``last_ms`` and
+    ``detected_ms``, like incident rows.
+    """
+    db = settings.database
+    xids = [
+        (row["node"], row["pci_bus_id"], row["ts_ms"], row["xid"])
+        for row in query_rows(
+            client,
+            f"SELECT node, pci_bus_id, toUnixTimestamp64Milli(ts) AS ts_ms, xid FROM {db}.xid_events FINAL "
+            "WHERE device = 'gpu'",
+        )
+    ]
+    ecc = query_rows(
+        client,
+        f"""SELECT node, pci_bus_id, toUnixTimestamp64Milli(ts) AS ts_ms, sbe_delta, dbe_delta
+        FROM {db}.ecc_samples FINAL WHERE sbe_delta > 0 OR dbe_delta > 0""",
+    )
+    failures = query_rows(
+        client,
+        f"""SELECT arrayJoin(evidence_nodes) AS node, toUnixTimestamp64Milli(end) AS ts_ms
+        FROM {db}.job_attributions FINAL WHERE hardware""",
+    )
+    window = settings.core_config().lemon.window_ms
+    return {
+        BASELINES[0].name: _episodes((node, gpu, ts) for node, gpu, ts, _ in xids),
+        BASELINES[1].name: _episodes((r["node"], r["pci_bus_id"], r["ts_ms"]) for r in ecc if r["dbe_delta"]),
+        BASELINES[2].name: _episodes(
+            _sliding_hits(
+                ((r["node"], r["pci_bus_id"], r["ts_ms"], r["sbe_delta"]) for r in ecc if r["sbe_delta"]),
+                DAY_MS,
+                100,
+            )
+        ),
+        BASELINES[3].name: _episodes(
+            _sliding_hits(((node, gpu, ts, 1) for node, gpu, ts, _ in xids), HOUR_MS, 10)
+        ),
+        BASELINES[4].name: _episodes(
+            _sliding_hits(((node, "", ts, 1) for node, _, ts, xid in xids if xid == 144), DAY_MS, 5)
+        ),
+        BASELINES[5].name: _episodes(
+            _sliding_hits(((r["node"], "", r["ts_ms"], 1) for r in failures), window, 2)
+        ),
+    }
+
+
+def score_alerts(
+    truth: Truth, truth_kind: str, alerts: Iterable[Mapping[str, Any]], per_gpu: bool, name: str
+) -> DetectorScore:
+    """Score alert rows against the truth faults of one kind, the same way for a detector and a
+    baseline (for critical faults, an alert counts from the onset to 6 hours after it, so that a
+    rule that reads the counters at the next scrape is not penalised for the scrape)."""
+    rule = next(r for r in RULES if r.truth_kind == truth_kind)
+    faults = [f for f in truth.faults if f.kind == truth_kind]
+    rows = list(alerts)
+    used: set[int] = set()
+    delays: list[float] = []
+    leads: list[float] = []
+    missed: list[str] = []
+    censored = [f for f in faults if _censored(rule, f, truth.span_end_ms)]
+    for fault in faults:
+        if truth_kind == "critical_hw":
+            start, end = fault.onset_ms, fault.onset_ms + 6 * HOUR_MS
+        else:
+            start, end = _window(fault, truth.span_end_ms, rule.slack_ms)
+        hits = [
+            index
+            for index, row in enumerate(rows)
+            if row["node"] == fault.node
+            and (not per_gpu or not fault.pci_bus_id or row["gpu"] == fault.pci_bus_id)
+            and (row["first_ms"] <= start <= row["last_ms"] or start <= row["detected_ms"] <= end)
+        ]
+        used.update(hits)
+        if fault in censored:
+            continue
+        if not hits:
+            missed.append(fault.fault_id)
+            continue
+        detected = min(rows[index]["detected_ms"] for index in hits)
+        delays.append(max(0, detected - fault.onset_ms) / HOUR_MS)
+        failure = _detail_ms(fault, "failure_ms", "failure")
+        if failure is not None and truth_kind == "ecc_degradation":
+            leads.append((failure - detected) / HOUR_MS)
+    return DetectorScore(
+        detector=name,
+        truth=len(faults) - len(censored),
+        detected=len(faults) - len(censored) - len(missed),
+        incidents=len(rows),
+        false_positives=sum(1 for index in range(len(rows)) if index not in used),
+        median_delay_h=statistics.median(delays) if delays else None,
+        p95_delay_h=_quantile(delays, 0.95),
+        median_lead_h=statistics.median(leads) if leads else None,
+        missed=tuple(missed),
+        censored=tuple(f.fault_id for f in censored),
+    )
+
+
+def _score_row(score: DetectorScore, node_days: float) -> dict[str, Any]:
+    return {
+        "detector": score.detector,
+        "truth": score.truth,
+        "detected": score.detected,
+        "incidents": score.incidents,
+        "false_positives": score.false_positives,
+        "precision": score.precision,
+        "recall": score.recall,
+        "f1": score.f1,
+        "median_delay_hours": score.median_delay_h,
+        "p95_delay_hours": score.p95_delay_h,
+        "median_lead_time_hours": score.median_lead_h,
+        "false_alarms_per_1000_node_days": 1000.0 * score.false_positives / node_days if node_days else None,
+        "missed": list(score.missed),
+        "censored": list(score.censored),
+    }
+
+
+def compare_with_baselines(
+    truth: Truth, incidents: Sequence[Mapping[str, Any]], alerts: Mapping[str, Sequence[Mapping[str, Any]]]
+) -> list[dict[str, Any]]:
+    """Each detector and its baseline rules, scored alike: rows with ``kind`` and ``rule``
+    (``detector`` or ``baseline``), so that a table shows them side by side."""
+    node_days = truth.config.nodes * (truth.span_end_ms - truth.span_start_ms) / DAY_MS
+    out = []
+    for rule in RULES:
+        mine = [row for row in incidents if _matches(rule, row)]
+        score = score_alerts(truth, rule.truth_kind, mine, rule.per_gpu, rule.detector)
+        out.append({"kind": rule.truth_kind, "rule": "detector", **_score_row(score, node_days)})
+        for baseline in BASELINES:
+            if baseline.truth_kind != rule.truth_kind:
+                continue
+            score = score_alerts(
+                truth, rule.truth_kind, alerts.get(baseline.name, ()), baseline.per_gpu, baseline.name
+            )
+            out.append({"kind": rule.truth_kind, "rule": "baseline", **_score_row(score, node_days)})
+    return out
+
+
+def evaluate_store(
+    client: Client, settings: Settings, truth: Truth, baselines: bool = False
+) -> dict[str, Any]:
+    """Read incidents, attributions and MTTF from the store and score them against ``truth``;
+    with ``baselines``, also score each detector and its baseline rules alike
+    (:func:`compare_with_baselines`, under ``"comparison"``)."""
     db = settings.database
     incidents = query_rows(
         client,
@@ -240,7 +468,11 @@ def evaluate_store(client: Client, settings: Settings, truth: Truth) -> dict[str
         UNION DISTINCT SELECT DISTINCT arrayJoin(nodes) AS node FROM {db}.job_events""",
     )
     healthy = {row["node"] for row in fleet} - lemon_truth
+    comparison = (
+        compare_with_baselines(truth, incidents, baseline_alerts(client, settings)) if baselines else None
+    )
     return {
+        **({"comparison": comparison} if comparison is not None else {}),
         "detectors": [
             {
                 "detector": s.detector,

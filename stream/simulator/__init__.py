@@ -20,6 +20,8 @@ numpy, orjson and :mod:`schemas`):
 * :mod:`.history`: :class:`~.history.ClusterHistory` and :func:`~.history.run_model`, which ties
   the above together.
 * :mod:`.truth`, :mod:`.writers`: the ground truth and the files, from a history.
+* :mod:`.matrix`: the scenario matrix (cells of fault shapes, scrape intervals, fleet sizes and
+  histories; tuning and held-out seeds) that ``faultstream evaluate --matrix`` runs.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from schemas.timeutil import DAY_MS, MINUTE_MS
 
 __all__ = [
     "DEFAULT_START_MS",
+    "DEGRADATION_SHAPES",
     "DGX_A100_PCI_BUS_IDS",
     "SECOND_MS",
     "SimulationConfig",
@@ -26,6 +27,23 @@ SECOND_MS: Final = 1_000
 
 #: 2024-01-01T00:00:00Z in epoch milliseconds.
 DEFAULT_START_MS: Final = 1_704_067_200_000
+
+#: How a degrading GPU's correctable (SBE) rate grows from its start to its failure
+#: (:mod:`stream.simulator.planted.degradation`): ``step`` jumps to a steady high rate at once;
+#: ``linear`` rises linearly (the count rises quadratically); ``exponential`` doubles every 6 h
+#: to 1.6 days; ``quadratic`` starts at zero and rises with the square of the time (smooth, the
+#: count barely moves on the first day); ``bursty`` logs a burst at its start, then stays quiet
+#: until the failure; ``slow_boil`` rises linearly from a low rate to a moderate one (use with
+#: 3 to 10 days); ``mixed`` draws one of the others per degradation.
+DEGRADATION_SHAPES: Final[tuple[str, ...]] = (
+    "step",
+    "linear",
+    "exponential",
+    "quadratic",
+    "bursty",
+    "slow_boil",
+    "mixed",
+)
 
 #: PCI bus ids of the eight GPUs of a DGX A100, in GPU index order.
 DGX_A100_PCI_BUS_IDS: Final[tuple[str, ...]] = (
@@ -86,8 +104,13 @@ class SimulationConfig:
     ecc_degradation_failure_probability: float = 0.7  # degradations ending in an uncorrectable error
     ecc_degradation_min_days: float = 2.0  # a degradation grows this long before its failure, at least
     ecc_degradation_max_days: float = 7.0  # ... and at most (uniform)
+    ecc_degradation_shape: str = "exponential"  # how the SBE rate grows: see DEGRADATION_SHAPES
     xid_storm_rate: float = 1.0  # XID storms per 1000 node-days (only on a node running a job)
     xid_storm_kill_probability: float = 0.5  # storms that kill their job (FAILED, user-looking)
+    xid_storm_lines_min: int = 40  # lines of a storm, at least (log-uniform)
+    xid_storm_lines_max: int = 400  # ... and at most
+    xid_storm_minutes_min: float = 20.0  # a storm lasts this long, at least (uniform)
+    xid_storm_minutes_max: float = 180.0  # ... and at most
     nvlink_flapping_rate: float = 0.5  # flapping NVLink episodes per 1000 node-days
     dcgm_changed_only: bool = False  # write only DCGM series that changed since the last scrape
 
@@ -124,6 +147,18 @@ class SimulationConfig:
                 "degradation days must be 0 < min <= max",
             ),
             (self.xid_storm_rate >= 0, "xid_storm_rate must be >= 0"),
+            (
+                1 <= self.xid_storm_lines_min <= self.xid_storm_lines_max,
+                "storm lines must be 1 <= min <= max",
+            ),
+            (
+                0 < self.xid_storm_minutes_min <= self.xid_storm_minutes_max,
+                "storm minutes must be 0 < min <= max",
+            ),
+            (
+                self.ecc_degradation_shape in DEGRADATION_SHAPES,
+                f"ecc_degradation_shape must be one of {', '.join(DEGRADATION_SHAPES)}",
+            ),
             (self.nvlink_flapping_rate >= 0, "nvlink_flapping_rate must be >= 0"),
             (self.cluster.strip() != "", "cluster must not be empty"),
         )

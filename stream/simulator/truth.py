@@ -398,6 +398,7 @@ def _planted_faults(history: ClusterHistory) -> list[FaultTruth]:
                     "started": format_ts(plan.start_ms),
                     "sbe_errors": item.sbe_errors,
                     "sbe_rate_per_day": [round(plan.initial_rate, 3), round(plan.final_rate, 3)],
+                    "shape": plan.shape,
                 },
             )
         )

@@ -1,7 +1,8 @@
 """ECC degradation: a GPU whose correctable error rate grows until an uncorrectable error.
 
 ``ecc_degradation``
-    A GPU whose correctable (SBE) error rate grows exponentially for 2 to 7 days, from a few
+    A GPU whose correctable (SBE) error rate grows (by default exponentially: the shapes are
+    :data:`stream.simulator.config.DEGRADATION_SHAPES`) for 2 to 7 days, from a few
     errors per 6-hour scrape to hundreds (the rate doubles every 6 hours to 1.6 days), then, in
     most cases, suffers an uncorrectable error: that failure is a ``critical_hw`` fault of the
     cluster (XID 48, 94 or 95, DBE counters +1, the running job dies, repair and reboot).
@@ -51,6 +52,12 @@ DEGRADATION_FAILURE_TEMPLATES: Final[tuple[tuple[str, float], ...]] = (
 # per 6-hour scrape at first, 100 to 400 per scrape at the end.
 _DEGRADATION_INITIAL_RATE: Final = (8.0, 20.0)
 _DEGRADATION_FINAL_RATE: Final = (400.0, 1600.0)
+# A bursty degradation logs at its final rate for this share of its duration (at least an hour),
+# then at an eighth of its initial rate.
+_BURST_SHARE: Final = 0.05
+_BURST_MIN_MS: Final = 3_600_000
+#: The shapes ``mixed`` draws from.
+MIXED_SHAPES: Final[tuple[str, ...]] = ("step", "linear", "exponential", "quadratic", "bursty", "slow_boil")
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +88,7 @@ class DegradationPlan:
     initial_rate: float
     final_rate: float
     template: str
+    shape: str = "exponential"
 
     @property
     def doubling_ms(self) -> float:
@@ -89,16 +97,30 @@ class DegradationPlan:
 
     def expected_errors(self, from_ms: int, to_ms: int) -> float:
         """Expected SBE errors between two times (the rate's integral; flat after the duration)."""
+        return max(0.0, self._cumulative(to_ms) - self._cumulative(from_ms))
 
-        def cumulative(ts_ms: int) -> float:
-            elapsed = max(0, ts_ms - self.start_ms)
+    def _cumulative(self, ts_ms: int) -> float:
+        elapsed = max(0, ts_ms - self.start_ms)
+        duration = self.duration_ms
+        grow = min(elapsed, duration)
+        after = max(0, elapsed - duration)
+        shape, low, high = self.shape, self.initial_rate, self.final_rate
+        if shape == "step":
+            total = high / 4.0 * elapsed
+        elif shape == "bursty":
+            burst = max(_BURST_MIN_MS, round(_BURST_SHARE * duration))
+            total = high * min(elapsed, burst) + low / 8.0 * max(0, elapsed - burst)
+        elif shape in ("linear", "quadratic", "slow_boil"):
+            if shape == "quadratic":
+                low, high = 0.0, high / 4.0
+            elif shape == "slow_boil":
+                low, high = low / 8.0, high / 10.0
+            total = low * grow + (high - low) * grow * grow / (2.0 * duration) + high * after
+        else:
             doubling = self.doubling_ms
-            grow = min(elapsed, self.duration_ms)
-            total = self.initial_rate * doubling / math.log(2) * (math.pow(2.0, grow / doubling) - 1.0)
-            total += self.final_rate * max(0, elapsed - self.duration_ms)
-            return total / DAY_MS
-
-        return max(0.0, cumulative(to_ms) - cumulative(from_ms))
+            total = low * doubling / math.log(2) * (math.pow(2.0, grow / doubling) - 1.0)
+            total += high * after
+        return total / DAY_MS
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +172,11 @@ def plan_degradations(
     names = [name for name, _ in DEGRADATION_FAILURE_TEMPLATES]
     weights = np.array([weight for _, weight in DEGRADATION_FAILURE_TEMPLATES])
     templates = rng.choice(len(names), size=count, p=weights / weights.sum())
+    # Drawn last, and only for a mix, so that one shape leaves the draws of the others as they were.
+    if config.ecc_degradation_shape == "mixed":
+        shapes = [MIXED_SHAPES[int(k)] for k in rng.integers(0, len(MIXED_SHAPES), size=count)]
+    else:
+        shapes = [config.ecc_degradation_shape] * count
     order = sorted(range(count), key=lambda i: (int(starts[i]), int(nodes[i])))
     plans: list[DegradationPlan] = []
     for index, i in enumerate(order):
@@ -167,6 +194,7 @@ def plan_degradations(
                 initial_rate=float(initial[i]),
                 final_rate=float(final[i]),
                 template=names[int(templates[i])],
+                shape=shapes[i],
             )
         )
     return tuple(plans)
@@ -182,8 +210,10 @@ def degradation_record(
 ) -> DegradationRecord | None:
     """Write the SBE errors of a degrading GPU as ECC events and return what it became.
 
-    Every scrape interval from the start to the failure (or the last scrape) gets at least one
-    error, so the counter rises at every scrape; the errors of the interval that holds the
+    The first scrape interval gets at least one error (the onset shows); with the ``exponential``
+    shape every later interval of an hour or more does too, so the counter rises at every 6-hour
+    scrape; other shapes and shorter intervals get what the rate gives (a 30-second scrape of a
+    GPU that corrects a few errors a day mostly shows none). The errors of the interval that holds the
     failure are logged at the failure, just before the uncorrectable error.
 
     Parameters
@@ -213,7 +243,11 @@ def degradation_record(
         if low >= stop:
             break
         high = min(scrape_ms[k], stop)
-        count = max(1, int(rng.poisson(plan.expected_errors(low, high))))
+        count = int(rng.poisson(plan.expected_errors(low, high)))
+        if onset is None or (plan.shape == "exponential" and high - low >= _BURST_MIN_MS):
+            count = max(1, count)
+        if count == 0:
+            continue
         events.append(EccEvent(high, EccEventKind.SBE, plan.node, plan.gpu, errors=count))
         total += count
         if onset is None:

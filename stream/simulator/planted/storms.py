@@ -2,8 +2,9 @@
 
 ``xid_storm``
     Forty to four hundred application XIDs (13, 31 or 43) from one GPU of a running job, over
-    20 minutes to 3 hours; the job may die of it, a user-looking failure (not hardware). A storm
-    drawn on an idle node does not happen, so about ``utilization x xid_storm_rate`` happen.
+    20 minutes to 3 hours (the defaults of ``xid_storm_lines_*`` and ``xid_storm_minutes_*``);
+    the job may die of it, a user-looking failure (not hardware). A storm drawn on an idle node
+    does not happen, so about ``utilization x xid_storm_rate`` happen.
 
 :func:`plan_storms` draws them before the cluster runs; the cluster
 (:mod:`stream.simulator.scheduler`) decides with :func:`storm_window` whether each happens and
@@ -20,7 +21,7 @@ from typing import Final, NamedTuple
 
 import numpy as np
 
-from schemas.timeutil import HOUR_MS, MINUTE_MS
+from schemas.timeutil import MINUTE_MS
 from stream.simulator.config import SimulationConfig
 from stream.simulator.events import XidRecord, job_pid, line_us
 from stream.simulator.workload import JobRecord
@@ -41,10 +42,8 @@ FAULT_KIND_XID_STORM: Final = "xid_storm"
 #: Application XIDs a storm repeats (one code per storm).
 STORM_XIDS: Final[tuple[int, ...]] = (13, 31, 43)
 
-# Storm length and line count (log-uniform count).
+# A storm shorter than this (as drawn) still needs this much of its job's run.
 _STORM_MIN_MS: Final = 20 * MINUTE_MS
-_STORM_MAX_MS: Final = 3 * HOUR_MS
-_STORM_LINES: Final = (40, 400)
 # A storm needs this much of its job's run left, and stops this long before the job's end.
 _STORM_MARGIN_MS: Final = 5 * MINUTE_MS
 
@@ -101,8 +100,10 @@ def plan_storms(config: SimulationConfig, rng: np.random.Generator) -> tuple[Sto
     count = int(rng.poisson(config.xid_storm_rate / 1000.0 * config.nodes * config.days))
     times = np.sort(rng.integers(config.start_ms, config.end_ms, size=count))
     nodes = rng.integers(0, config.nodes, size=count)
-    durations = rng.integers(_STORM_MIN_MS, _STORM_MAX_MS + 1, size=count)
-    low, high = _STORM_LINES
+    shortest = round(config.xid_storm_minutes_min * MINUTE_MS)
+    longest = round(config.xid_storm_minutes_max * MINUTE_MS)
+    durations = rng.integers(shortest, longest + 1, size=count)
+    low, high = config.xid_storm_lines_min, config.xid_storm_lines_max
     lines = np.rint(np.exp(rng.uniform(math.log(low), math.log(high), size=count))).astype(np.int64)
     codes = rng.integers(0, len(STORM_XIDS), size=count)
     kills = rng.random(count) < config.xid_storm_kill_probability
@@ -129,10 +130,11 @@ def storm_window(draw: StormDraw, now: int, job_end_ms: int) -> int | None:
     Returns
     -------
     int | None
-        ``None`` when the job has too little run left for a storm (at least 20 minutes).
+        ``None`` when the job has too little run left for a storm (at least 20 minutes, or the
+        storm's whole length when it is shorter).
     """
     last = min(now + draw.duration_ms, job_end_ms - _STORM_MARGIN_MS)
-    return last if last - now >= _STORM_MIN_MS else None
+    return last if last - now >= min(_STORM_MIN_MS, draw.duration_ms) else None
 
 
 def storm_lines(

@@ -28,6 +28,7 @@ from stream.inputs.files import MergedInputs
 from stream.inputs.parsers.options import ParseOptions
 from stream.simulator import simulate
 from stream.simulator.config import SimulationConfig
+from stream.simulator.matrix import TUNING_SEEDS, cell_config, cells_named
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "sim-48x14" / "logs"
 
@@ -192,6 +193,8 @@ def clusters(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Record]
         "60 nodes x 20 days": SimulationConfig(nodes=60, days=20, seed=11, ecc_interval_minutes=720),
         "120 nodes x 5 days": SimulationConfig(nodes=120, days=5, seed=12, ecc_interval_minutes=720),
         "400 nodes x 10 days": SimulationConfig(nodes=400, days=10, seed=13, ecc_interval_minutes=1440),
+        # The matrix's short-history lemon cell: verdicts from 2 days on, every 6 hours.
+        "32 nodes x 7 days": cell_config(cells_named(("lemon-many-32n-7d",))[0], seed=TUNING_SEEDS[0]),
     }.items():
         folder = tmp_path_factory.mktemp("sim")
         simulate(sim, folder)
@@ -227,6 +230,45 @@ def test_the_simulated_clusters_have_lemons_storms_and_cross_partition_jobs(
         isinstance(r, JobEvent) and len({partition_of(n, 4) for n in r.nodes}) > 1
         for r in clusters["60 nodes x 20 days"]
     )
+
+
+@pytest.mark.parametrize(("partitions", "seed"), [(2, 5), (4, 6), (8, 7)])
+def test_short_history_lemon_verdicts_do_not_depend_on_partitions(
+    clusters: dict[str, list[Record]], partitions: int, seed: int
+) -> None:
+    """Lemon verdicts from 2 days on, every 6 hours, each node against the fleet without its top
+    nodes and scaled to its exposure: the same for any partitioning.
+
+    (Its MTTF sums are not compared here: on this cluster, with 4 and 8 partitions, the GPU-hours
+    of the partitioned run differ from the embedded run's with the detectors of before this test
+    was added too; a separate issue, reported.)"""
+    records = clusters["32 nodes x 7 days"]
+    one = embedded(records)
+    many = partitioned(records, partitions, seed)
+    assert many.incident_facts() == one.incident_facts()
+    assert many.attributions == one.attributions
+    assert any(i.kind == IncidentKind.LEMON_NODE for i in one.incidents.values())
+
+
+def test_a_week_of_history_is_enough_for_a_lemon_verdict(clusters: dict[str, list[Record]]) -> None:
+    """The issue's case: 32 nodes, one week; the lemons (five or so hardware faults each) are
+    found, and no other node."""
+    records = clusters["32 nodes x 7 days"]
+    core = DetectionCore(CoreConfig())  # the default lemon configuration
+    out = Outcome.empty()
+    for record in records:
+        core.process(record)
+        out.add(core.drain())
+    out.add(core.finish())
+    config = cell_config(cells_named(("lemon-many-32n-7d",))[0], seed=TUNING_SEEDS[0])
+    from stream.simulator.history import run_model
+
+    history = run_model(config)
+    lemons = {config.node_names[n] for n in history.lemon_nodes}
+    flagged = {i.node for i in out.incidents.values() if i.kind == IncidentKind.LEMON_NODE}
+    assert flagged == lemons
+    titles = [i.summary for i in out.incidents.values() if i.kind == IncidentKind.LEMON_NODE]
+    assert all("confidence" in title for title in titles)
 
 
 def test_a_lemon_is_judged_against_the_whole_fleet_not_its_partition() -> None:

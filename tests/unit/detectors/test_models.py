@@ -3,6 +3,8 @@
 import pickle
 from collections import deque
 
+import pytest
+
 from detectors.core import CoreConfig, DetectionCore
 from detectors.ecc_trend import ecc_trend_filter
 from detectors.lemon import LemonConfig, LemonTracker
@@ -81,7 +83,9 @@ def test_model_state_is_small_and_picklable():
     for minute in range(30):
         storm.learn_one({"t": minute / 60})
         trend.learn_one({"sbe_delta": minute, "hours": 6.0})
-    assert len(pickle.dumps(trend)) < 600
+    # The trend test keeps a day of hourly error bins and baselines: still well under the
+    # 10 kB a GPU may take (100,000 GPUs in 1 GiB).
+    assert len(pickle.dumps(trend)) < 1500
     assert len(pickle.dumps(storm)) < 2000
     restored = pickle.loads(pickle.dumps(storm))
     assert restored.score_one({"t": 0.6}) == storm.score_one({"t": 0.6})
@@ -186,3 +190,113 @@ def test_core_names_a_lemon_node_from_fleet_statistics():
     assert {i.node for i in lemons} == {"node07"}
     assert len({i.incident_id for i in lemons}) == 1
     assert lemons[-1].evidence["counter_deltas"]["hw_incidents"] >= 5
+
+
+def quadratic_rise(model, scrape_hours, days=3.5, final_per_day=200.0, clean_hours=168.0):
+    """A GPU clean for a week, then errors at a rate rising linearly from zero (the count rises
+    quadratically) for ``days``; the hours into the rise of the first anomalous sample."""
+    model.learn_one({"sbe_delta": 0, "hours": clean_hours, "watched_hours": clean_hours})
+    steps = round(days * 24 / scrape_hours)
+    owed = 0.0
+    for k in range(1, steps + 1):
+        owed += final_per_day / 24 * (k * scrape_hours / (days * 24)) * scrape_hours
+        delta = int(owed)  # deterministic: the expected count, carried between samples
+        owed -= delta
+        x = {"sbe_delta": delta, "hours": scrape_hours, "watched_hours": clean_hours + k * scrape_hours}
+        if flagged(model, x):
+            return k * scrape_hours
+    return None
+
+
+@pytest.mark.parametrize("scrape_hours", [30 / 3600, 0.25, 6.0])
+def test_ecc_trend_warns_a_day_ahead_of_a_slow_quadratic_rise_at_any_scrape_interval(scrape_hours):
+    warned = quadratic_rise(ecc_trend_filter(), scrape_hours)
+    assert warned is not None and warned <= 3.5 * 24 - 24  # a day or more before the failure
+
+
+@pytest.mark.parametrize("scrape_hours", [30 / 3600, 0.25, 6.0])
+def test_ecc_trend_leaves_a_steady_rate_alone_at_any_scrape_interval(scrape_hours):
+    model = ecc_trend_filter()
+    rate = 40.0 / 24  # a GPU that corrects 40 bits a day, every day: high, but its normal
+    owed = 0.0
+    for k in range(1, round(7 * 24 / scrape_hours)):
+        owed += rate * scrape_hours
+        delta = int(owed)
+        owed -= delta
+        assert not flagged(
+            model, {"sbe_delta": delta, "hours": scrape_hours, "watched_hours": k * scrape_hours}
+        )
+
+
+def test_ecc_trend_state_stays_small_at_30_second_scrapes():
+    model = ecc_trend_filter().clone()
+    quadratic_rise(model, 30 / 3600, days=2.0)
+    assert len(pickle.dumps(model)) < 4000  # hourly bins, not one entry per sample
+
+
+def test_lemon_in_a_week_old_fleet_of_32_nodes():
+    """The issue's case: five hardware-attributed NODE_FAIL jobs and five critical faults in six
+    days, in a 32-node fleet with one week of history, is a lemon; one fault is not."""
+    tracker = LemonTracker(LemonConfig())
+    for n in range(32):
+        tracker.see_node(f"n{n}", 0)
+        for day in range(7):
+            tracker.record(f"n{n}", "job_runs", day * DAY_MS + n)
+    for day in range(5):
+        at = (day + 1) * DAY_MS + 3 * 3_600_000
+        for signal in ("hw_incidents", "hw_failures", "node_fails"):
+            tracker.record("n7", signal, at)
+        tracker.record_failed_job("n7", f"j{day}", at)
+    tracker.record("n3", "hw_incidents", 2 * DAY_MS)
+    tracker.record("n3", "hw_failures", 2 * DAY_MS)
+    [verdict] = tracker.evaluate(7 * DAY_MS - 1)
+    assert verdict.node == "n7" and verdict.confidence > 0.99
+    assert 6 < verdict.exposure_days <= 7
+    assert tracker.evaluate(DAY_MS) == []  # less than the minimum history: no verdict yet
+
+
+def test_lemon_expectation_scales_with_exposure():
+    """Two faults (each killing a job) on a node that joined a day ago make a lemon; the same two
+    in four weeks on a node of a 200-node fleet do not."""
+    tracker = LemonTracker(LemonConfig())
+    for n in range(200):
+        tracker.see_node(f"n{n}", 0)
+    tracker.see_node("new", 27 * DAY_MS)
+    for node in ("new", "n1"):
+        for hours in (1, 7):
+            tracker.record(node, "hw_incidents", 27 * DAY_MS + hours * 3_600_000)
+            tracker.record(node, "hw_failures", 27 * DAY_MS + hours * 3_600_000)
+    [verdict] = tracker.evaluate(28 * DAY_MS)
+    assert verdict.node == "new" and verdict.exposure_days == 1.0
+
+
+def test_checkpoints_from_before_the_trend_test_and_lemon_exposure_still_load():
+    """A worker restarts from a checkpoint its previous version wrote: the ECC trend model lacks the
+    trend test's state, the lemon tracker its exposure and new settings."""
+    model = ecc_trend_filter().clone()
+    for step in range(1, 10):
+        model.learn_one({"sbe_delta": 1, "hours": 6.0, "watched_hours": 6.0 * step})
+    scorer = model.anomaly_detector
+    old = dict(scorer.__dict__)
+    for name in ("baseline_half_life_hours", "trend_hours", "reference_lag_hours", "_errors", "_history",
+                 "_reference", "_created_watched"):  # fmt: skip
+        old.pop(name)
+    old["baseline_alpha"] = 0.05
+    restored = type(scorer).__new__(type(scorer))
+    restored.__setstate__(old)
+    x = {"sbe_delta": 40, "hours": 6.0, "watched_hours": 60.0}
+    assert restored.score_one(x) > 6.0
+    restored.learn_one(x)
+
+    tracker = LemonTracker(LemonConfig())
+    for n in range(32):
+        tracker.see_node(f"n{n}", 0)
+    for day in range(5):
+        for signal in ("hw_incidents", "hw_failures", "node_fails"):
+            tracker.record("n7", signal, day * DAY_MS + 3_600_000)
+    state = dict(tracker.__dict__)
+    for node in state["_nodes"].values():
+        del node.first_ms
+    restored_tracker = LemonTracker.__new__(LemonTracker)
+    restored_tracker.__setstate__(pickle.loads(pickle.dumps(state)))
+    assert [v.node for v in restored_tracker.evaluate(6 * DAY_MS)] == ["n7"]
