@@ -314,15 +314,22 @@ class DetectionCore:
         """The period start whose storm baseline a record at ``ts_ms`` may need."""
         return ts_ms - ts_ms % self.config.storm_baseline_period_ms
 
-    def finish(self) -> Emitted:
+    def finish(self, end_ms: int | None = None) -> Emitted:
         """End of input: decide every pending attribution and emit the exposure of running jobs.
 
-        Running jobs contribute their exposure up to the last event time as partial rows with
+        Running jobs contribute their exposure up to the end of the input as partial rows with
         a version below that of any later, longer row of the same run, so continuing the replay
         later replaces them.
+
+        Parameters
+        ----------
+        end_ms
+            The end of the whole input, when this core saw only part of it (one partition of
+            several): its running jobs accrue up to there, as they would in one core, not up to
+            its own last event (default: its last event).
         """
         if self.max_event_ms is not None:
-            end = self.max_event_ms
+            end = self.max_event_ms if end_ms is None else max(self.max_event_ms, end_ms)
             self._advance_to(end + self.config.allowed_lateness_ms + 1, closing=False)
             for decided in self._jobs.decide_all():
                 self._decided(decided)
