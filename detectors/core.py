@@ -20,9 +20,9 @@ from typing import Any, cast
 from detectors.attribution import HardwareEvent
 from detectors.ecc import EccRow, EccTracker
 from detectors.exposure import ExposureTracker
-from detectors.fleet import FAILED_JOB, PEAK, SEEN, SIGNAL, FleetConfig, FleetCore, FleetFact, JobPart
+from detectors.fleet import PEAK, RUN, SEEN, SIGNAL, FleetConfig, FleetCore, FleetFact, JobPart
 from detectors.incidents import EvidenceItem, Finding, IncidentTracker
-from detectors.jobs import Decided, JobTracker
+from detectors.jobs import Decided, JobContext, JobRun, JobTracker
 from detectors.lemon import LemonConfig
 from detectors.mttf import SizeBuckets
 from detectors.sxid_catalog import classify_sxid
@@ -217,6 +217,9 @@ class DetectionCore:
         self._recent_xids: dict[tuple[str, str, str], deque[tuple[int, int]]] = {}
         # The UTC day of the last unknown-XID incident per (cluster, node): at most one a day.
         self._unknown_day: dict[tuple[str, str], int] = {}
+        # Job-aware verdicts: per node, when each user's application-class XIDs last counted for
+        # the lemon statistics (one user's crash loop counts once per lemon window, not daily).
+        self._app_users: dict[str, dict[str, int]] = {}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Unpickle, also a worker checkpoint from before the per-GPU XID context and the unknown-XID
@@ -224,6 +227,7 @@ class DetectionCore:
         the restart read without the 48 before it), instead of the checkpoint being refused."""
         state.setdefault("_recent_xids", {})
         state.setdefault("_unknown_day", {})
+        state.setdefault("_app_users", {})
         self.__dict__.update(state)
 
     # -- public API --------------------------------------------------------------------------
@@ -406,12 +410,19 @@ class DetectionCore:
         if event.device == "nvswitch":
             self._process_sxid(event)
             return
-        day = event.ts_ms - event.ts_ms % DAY_MS
-        if self._xid_day.get(event.node, -(2**62)) < day:  # one fact a node and day: xid_days
-            self._xid_day[event.node] = day
-            self._signal(event.node, "xid_days", event.ts_ms)
         gpu = event.gpu_key
         info = classify_xid(event.xid, event.message, self._recent(event, gpu))
+        runs = self._jobs.runs_at(event.node, event.cluster)
+        context = tuple(run.context for run in runs)
+        application = info.category is XidCategory.APPLICATION and not info.hardware
+        day = event.ts_ms - event.ts_ms % DAY_MS
+        if self._xid_day.get(event.node, -(2**62)) < day and (
+            not application or self._app_counts(event, context)
+        ):  # one fact a node and day: xid_days
+            self._xid_day[event.node] = day
+            self._signal(event.node, "xid_days", event.ts_ms)
+        if application:
+            self._app_xid(event, runs)
         # NVLink errors come in bursts on several GPUs: the spread detector owns them, the storm
         # detector looks at everything else one GPU logs.
         if info.category is XidCategory.NVLINK:
@@ -436,7 +447,11 @@ class DetectionCore:
                 action=info.action,
                 title=info.name,
                 evidence=EvidenceItem(
-                    event.ts_ms, xid=event.xid, message=event.message, jobs=self._jobs.jobs_at(event.node)
+                    event.ts_ms,
+                    xid=event.xid,
+                    message=event.message,
+                    jobs=self._jobs.jobs_at(event.node),
+                    job_context=context,
                 ),
             )
         )
@@ -449,6 +464,33 @@ class DetectionCore:
             self._signal(event.node, "hw_incidents", event.ts_ms)
         if info.job_evidence:
             self._jobs.add_evidence(HardwareEvent(event.ts_ms, event.node, gpu, kind, event.xid))
+
+    def _app_counts(self, event: XidEvent, context: tuple[JobContext, ...]) -> bool:
+        """Whether an application-class XID counts for the node's lemon statistics.
+
+        Evidence that stays with the node across many users' jobs is the node's: each user whose
+        job logged one counts once per lemon window. Evidence that follows one user (a crash loop
+        of their jobs) is theirs: it counts once, however many days and jobs it takes. An XID
+        without a known owner (no job, or the scheduler names no user) counts as it always did.
+        """
+        users = {c.user for c in context}
+        if not context or "" in users:
+            return True
+        since = event.ts_ms - self.config.lemon.window_ms
+        counted = self._app_users.setdefault(event.node, {})
+        new = [user for user in sorted(users) if counted.get(user, -(2**62)) <= since]
+        for user in new:
+            counted[user] = event.ts_ms
+        if len(counted) > 256:  # forget the users whose count left the window
+            self._app_users[event.node] = {u: t for u, t in counted.items() if t > since}
+        return bool(new)
+
+    def _app_xid(self, event: XidEvent, runs: tuple[JobRun, ...]) -> None:
+        """An application-class XID: the run that logged it remembers it (a failed run with it and
+        no hardware evidence failed for its own reasons: the fleet stage counts it for its owner,
+        not against the node)."""
+        if len(runs) == 1 and self._mine(event.node):  # with several, whose it was is unknown
+            runs[0].app_xids += 1
 
     def _recent(self, event: XidEvent, gpu: str) -> tuple[int, ...]:
         """The XIDs this GPU logged in the context window before ``event``; remembers ``event``."""
@@ -506,7 +548,11 @@ class DetectionCore:
                 action=info.action,
                 title=f"NVSwitch SXid {event.xid}: {info.name}",
                 evidence=EvidenceItem(
-                    event.ts_ms, xid=event.xid, message=event.message, jobs=self._jobs.jobs_at(event.node)
+                    event.ts_ms,
+                    xid=event.xid,
+                    message=event.message,
+                    jobs=self._jobs.jobs_at(event.node),
+                    job_context=self._jobs.context_at(event.node, event.cluster),
                 ),
             )
         )
@@ -550,6 +596,7 @@ class DetectionCore:
                             xid=event.xid,
                             message=event.message,
                             jobs=self._jobs.jobs_at(event.node),
+                            job_context=self._jobs.context_at(event.node, event.cluster),
                         ),
                     )
                 )
@@ -591,6 +638,7 @@ class DetectionCore:
                             xid=event.xid,
                             message=event.message,
                             jobs=self._jobs.jobs_at(event.node),
+                            job_context=self._jobs.context_at(event.node, event.cluster),
                         ),
                     )
                 )
@@ -621,6 +669,8 @@ class DetectionCore:
                 for node in run.nodes:
                     self._see(event.cluster, node, event.ts_ms)
                     self._signal(node, "job_runs", run.start_ms, run.job_id)
+                if run.nodes and run.user and self._mine(run.nodes[0]):  # once, for its owner's record
+                    self._fact(FleetFact(run.start_ms, RUN, run.nodes[0], run.user, run.job_id))
             return
         if not event.state.is_terminal:
             return
@@ -631,11 +681,9 @@ class DetectionCore:
         if ended.decide_at_ms is None:
             self._emitted.mttf.extend(self._exposure.run_ended(run, end, event.state))
             return
-        # A possible hardware failure: the lemon statistics count it now, the verdict waits for
-        # the attribution window (the tracker holds the run until then).
-        for node in run.nodes:
-            if self._mine(node):
-                self._fact(FleetFact(end, FAILED_JOB, node, key=run.job_id))
+        # A possible hardware failure: the verdict waits for the attribution window (the tracker
+        # holds the run until then); the fleet stage counts it for the lemon statistics once it
+        # knows whether hardware or the job itself failed it.
         if event.state is JobState.NODE_FAIL and len(run.nodes) == 1:
             self._signal(run.nodes[0], "node_fails", end)
         self._next_deadline = min(self._next_deadline, ended.decide_at_ms)
@@ -657,6 +705,8 @@ class DetectionCore:
             gpus=run.gpus,
             covered=tuple(node for node in run.nodes if self._mine(node)),
             evidence=evidence,
+            user=run.user,
+            app_xids=run.app_xids,
         )
         if self.fleet is not None:
             self.fleet.add_job(part)

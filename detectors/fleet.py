@@ -34,8 +34,10 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from detectors.attribution import HardwareEvent
 from detectors.exposure import ExposureTracker
@@ -54,10 +56,25 @@ from schemas.outputs import (
 from schemas.records import JobState
 from schemas.timeutil import DAY_MS
 
-__all__ = ["FleetConfig", "FleetCore", "FleetFact", "FleetOutput", "JobPart", "exact_quantile"]
+__all__ = [
+    "FAILED_APPLICATION",
+    "FAILED_HARDWARE",
+    "FAILED_UNKNOWN",
+    "FleetConfig",
+    "FleetCore",
+    "FleetFact",
+    "FleetOutput",
+    "JobPart",
+    "exact_quantile",
+]
 
-#: Kinds of :class:`FleetFact`, in the order facts of one instant are applied.
-SEEN, SIGNAL, FAILED_JOB, PEAK = "seen", "signal", "failed_job", "peak"
+#: Kinds of :class:`FleetFact`.
+SEEN, SIGNAL, FAILED_JOB, PEAK, RUN = "seen", "signal", "failed_job", "peak", "run"
+
+#: Why a failed job failed (``value`` of a ``failed_job`` fact): no evidence either way (or a fact
+#: of a worker from before job-aware verdicts), hardware evidence on its nodes, or application-class
+#: XIDs from the job itself and no hardware evidence.
+FAILED_UNKNOWN, FAILED_HARDWARE, FAILED_APPLICATION = 0, 1, 2
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -71,8 +88,11 @@ class FleetFact:
     kind
         ``seen`` (``node`` of ``cluster`` is part of the fleet), ``signal`` (one lemon signal
         ``name`` on ``node``; ``key``: the job of a ``job_runs`` signal), ``failed_job`` (job
-        ``key`` failed on ``node``) or ``peak`` (a burst of GPU ``key`` on ``node`` finished,
-        having peaked at ``value`` window counts).
+        ``key`` of user ``name`` failed on ``node``, for the reason ``value``: one of
+        :data:`FAILED_UNKNOWN`, :data:`FAILED_HARDWARE`, :data:`FAILED_APPLICATION`; the stage
+        makes these itself once it attributed the job), ``peak`` (a burst of GPU ``key`` on
+        ``node`` finished, having peaked at ``value`` window counts) or ``run`` (job ``key`` of
+        user ``name`` started, its first node ``node``: what a user's failures are a share of).
 
     Two equal facts are one fact handed over twice (a core restarted from a checkpoint repeats
     what it handed over since): the stage keeps one.
@@ -104,6 +124,9 @@ class JobPart:
     gpus: int
     covered: tuple[str, ...]
     evidence: tuple[HardwareEvent, ...]
+    user: str = ""
+    #: Application-class XIDs the run logged on the covered nodes.
+    app_xids: int = 0
 
     @property
     def run_key(self) -> tuple[str, str, int, int]:
@@ -128,6 +151,11 @@ class FleetConfig:
         MTTF windows and job-size buckets, for the final rows of attributed runs.
     quiet_period_ms
         Quiet period that resolves a lemon incident.
+    owner_window_ms, owner_min_failures, owner_min_share
+        Job-aware verdicts: a user whose runs failed with application-class XIDs (and no
+        hardware evidence) at least ``owner_min_failures`` times within ``owner_window_ms``, that
+        being at least ``owner_min_share`` of the runs they started in it, gets a
+        ``job_app_errors`` incident (a crash loop of their jobs, wherever they run).
     """
 
     lemon: LemonConfig = field(default_factory=LemonConfig)
@@ -138,6 +166,9 @@ class FleetConfig:
     windows_s: tuple[int, ...] = (3600, 86400)
     size_buckets: SizeBuckets = field(default_factory=SizeBuckets)
     quiet_period_ms: int = 3 * DAY_MS
+    owner_window_ms: int = DAY_MS
+    owner_min_failures: int = 5
+    owner_min_share: float = 0.5
 
 
 @dataclass(slots=True)
@@ -204,6 +235,18 @@ class FleetCore:
         self._decided: dict[tuple[str, str, int, int], int] = {}  # run -> end, to drop repeats
         self._exposure = ExposureTracker(config.windows_s, config.size_buckets)
         self._out = FleetOutput()
+        # Job-aware verdicts: per node, when each user's failures without hardware evidence last
+        # counted for the lemon statistics; per user, their runs and application failures.
+        self._failure_users: dict[str, dict[str, int]] = {}
+        self._user_runs: dict[str, deque[int]] = {}
+        self._user_app_failures: dict[str, deque[tuple[int, str, str]]] = {}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickle, also a checkpoint from before job-aware verdicts: their state starts empty."""
+        state.setdefault("_failure_users", {})
+        state.setdefault("_user_runs", {})
+        state.setdefault("_user_app_failures", {})
+        self.__dict__.update(state)
 
     # -- input ---------------------------------------------------------------------------------
 
@@ -211,6 +254,9 @@ class FleetCore:
         """Facts from core ``partition``; those before the applied horizon are repeats (a core
         that restarted from a checkpoint hands over again what it had handed over)."""
         self._idle.discard(partition)
+        self._queue(facts)
+
+    def _queue(self, facts: Iterable[FleetFact]) -> None:
         for fact in facts:
             if (self._applied_to is None or fact.ts_ms >= self._applied_to) and fact not in self._queued:
                 self._queued.add(fact)
@@ -331,9 +377,78 @@ class FleetCore:
             else:
                 self._lemons.record(fact.node, fact.name, fact.ts_ms)
         elif fact.kind == FAILED_JOB:
-            self._lemons.record_failed_job(fact.node, fact.key, fact.ts_ms)
+            if self._failure_counts(fact):
+                self._lemons.record_failed_job(fact.node, fact.key, fact.ts_ms)
+            if fact.value == FAILED_APPLICATION and fact.name:
+                self._app_failure(fact)
+        elif fact.kind == RUN:
+            runs = self._user_runs.setdefault(fact.name, deque())
+            runs.append(fact.ts_ms)
+            self._expire_user(fact.name, fact.ts_ms)
         elif fact.kind == PEAK:
             bisect.insort(self._peaks, fact.value)
+
+    # -- job-aware verdicts ---------------------------------------------------------------------
+
+    def _failure_counts(self, fact: FleetFact) -> bool:
+        """Whether a failed job counts against its node in the lemon statistics: a hardware-
+        attributed one always; one without hardware evidence once per user and node in the lemon
+        window, so that one user's jobs failing again and again (a crash loop, a bad script)
+        weigh as one user's bad luck with the node, while failures across many users' jobs add up."""
+        if fact.value == FAILED_HARDWARE or not fact.name:
+            return True
+        counted = self._failure_users.setdefault(fact.node, {})
+        since = fact.ts_ms - self.config.lemon.window_ms
+        last = counted.get(fact.name)
+        if last is not None and last > since:
+            return False
+        counted[fact.name] = fact.ts_ms
+        if len(counted) > 256:
+            self._failure_users[fact.node] = {u: t for u, t in counted.items() if t > since}
+        return True
+
+    def _expire_user(self, user: str, now_ms: int) -> None:
+        since = now_ms - self.config.owner_window_ms
+        runs = self._user_runs.get(user)
+        while runs and runs[0] <= since:
+            runs.popleft()
+        failures = self._user_app_failures.get(user)
+        while failures and failures[0][0] <= since:
+            failures.popleft()
+
+    def _app_failure(self, fact: FleetFact) -> None:
+        """A run of user ``fact.name`` failed with application-class XIDs and no hardware evidence:
+        when such failures make up most of the user's recent runs, the user's jobs crash wherever
+        they run, and the owner hears of it (one incident per user, never a node verdict)."""
+        user = fact.name
+        failures = self._user_app_failures.setdefault(user, deque())
+        if not any(job == fact.key for _, _, job in failures):  # one per run, not per node
+            failures.append((fact.ts_ms, fact.node, fact.key))
+        self._expire_user(user, fact.ts_ms)
+        runs = len(self._user_runs.get(user, ()))
+        config = self.config
+        if len(failures) < config.owner_min_failures or len(failures) < config.owner_min_share * max(runs, 1):
+            return
+        nodes = sorted({node for _, node, _ in failures})
+        self._out.incidents.extend(
+            self._incidents.observe(
+                Finding(
+                    cluster=self._cluster_of.get(fact.node, ""),
+                    kind=IncidentKind.JOB_APP_ERRORS,
+                    node=fact.node,
+                    severity=Severity.WARN,
+                    detector="job_aware",
+                    score=len(failures) / max(runs, 1),
+                    action=f"tell user {user}: their jobs fail with application errors wherever they run; "
+                    "no node action (draining would fix nothing)",
+                    title=f"Application errors follow user {user}: {len(failures)} of "
+                    f"{max(runs, len(failures))} runs failed with application XIDs on {len(nodes)} "
+                    f"node(s) within {config.owner_window_ms // 3_600_000} h",
+                    evidence=EvidenceItem(fact.ts_ms, jobs=(fact.key,)),
+                    owner=user,
+                )
+            )
+        )
 
     def _evaluate_lemons(self, now: int) -> None:
         for verdict in self._lemons.evaluate(now):
@@ -392,6 +507,16 @@ class FleetCore:
             ),
         )
         self._out.attributions.append(attribution)
+        # The lemon statistics count the failure on each of its nodes, now that its cause is known
+        # (at its end time, which no horizon has passed yet: the last part came as it did).
+        user = next((p.user for p in parts if p.user), "")
+        if hardware:
+            reason = FAILED_HARDWARE
+        elif sum(p.app_xids for p in parts) > 0:
+            reason = FAILED_APPLICATION
+        else:
+            reason = FAILED_UNKNOWN
+        self._queue(FleetFact(part.end_ms, FAILED_JOB, node, user, run.job_id, reason) for node in run.nodes)
         if hardware:
             self._out.incidents.append(self._job_incident(run, part, attribution, evidence))
         self._out.mttf.extend(

@@ -20,7 +20,36 @@ from detectors.attribution import HardwareEvent, NodeEvidenceLog
 from detectors.mttf import SizeBuckets
 from schemas.records import JobEvent, JobState
 
-__all__ = ["Decided", "JobRun", "JobTracker", "RunEnd"]
+__all__ = ["Decided", "JobContext", "JobRun", "JobTracker", "RunEnd"]
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class JobContext:
+    """Who ran what on a node at one moment: the scheduler's view that evidence carries.
+
+    Attributes
+    ----------
+    job_id, user, name
+        The job, its owner (empty when the scheduler did not say) and its name.
+    num_nodes, gpus
+        Its size.
+    """
+
+    job_id: str
+    user: str = ""
+    name: str = ""
+    num_nodes: int = 1
+    gpus: int = 0
+
+    def to_dict(self) -> dict[str, object]:
+        """The JSON form stored in an incident's evidence (``job_context``)."""
+        return {
+            "job_id": self.job_id,
+            "user": self.user,
+            "name": self.name,
+            "num_nodes": self.num_nodes,
+            "gpus": self.gpus,
+        }
 
 
 @dataclass(slots=True)
@@ -34,6 +63,29 @@ class JobRun:
     gpus: int
     #: Per MTTF window length (by index): exposure already emitted up to here; absent, the start.
     covered_ms: dict[int, int] = field(default_factory=dict)
+    user: str = ""
+    name: str = ""
+    #: Application-class XIDs this run logged on the nodes of this core (job-aware verdicts: a
+    #: failed run that logged them and no hardware evidence failed for its own reasons).
+    app_xids: int = 0
+
+    def __setstate__(self, state: object) -> None:
+        """Unpickle, also a checkpoint from before the job context: the new fields default."""
+        names = ("cluster", "job_id", "start_ms", "nodes", "gpus", "covered_ms", "user", "name", "app_xids")
+        defaults: dict[str, object] = {"user": "", "name": "", "app_xids": 0}
+        if isinstance(state, tuple) and len(state) == 2 and isinstance(state[1], dict):
+            state = state[1]  # (None, slots) from object.__getstate__
+        if isinstance(state, dict):
+            values = state
+        else:
+            values = dict(zip(names, state, strict=False)) if isinstance(state, list | tuple) else {}
+        for name in names:
+            object.__setattr__(self, name, values.get(name, defaults.get(name)))
+
+    @property
+    def context(self) -> JobContext:
+        """This run as evidence names it."""
+        return JobContext(self.job_id, self.user, self.name, len(self.nodes), self.gpus)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +186,14 @@ class JobTracker:
         jobs = self._jobs_on_node.get(node)
         return tuple(sorted(jobs)) if jobs else ()
 
+    def runs_at(self, node: str, cluster: str) -> tuple[JobRun, ...]:
+        """The runs of ``cluster`` running on ``node``, by job id."""
+        return tuple(run for job in self.jobs_at(node) if (run := self._runs.get((cluster, job))) is not None)
+
+    def context_at(self, node: str, cluster: str) -> tuple[JobContext, ...]:
+        """The job context of ``node`` now: who runs what there, by job id."""
+        return tuple(run.context for run in self.runs_at(node, cluster))
+
     def add_evidence(self, event: HardwareEvent) -> None:
         """A hardware-class event that may explain a job's failure."""
         self._evidence.add(event)
@@ -206,7 +266,9 @@ class JobTracker:
 
     def _new_run(self, event: JobEvent, start_ms: int) -> JobRun:
         gpus = event.gpus or max(len(event.nodes), 1) * self.gpus_per_node
-        return JobRun(event.cluster, event.job_id, start_ms, event.nodes, gpus)
+        return JobRun(
+            event.cluster, event.job_id, start_ms, event.nodes, gpus, user=event.user, name=event.name
+        )
 
     def _decide(self, run: JobRun, event: JobEvent) -> Decided:
         end = event.end_ms if event.end_ms is not None else event.ts_ms
