@@ -240,12 +240,14 @@ class FleetCore:
         self._failure_users: dict[str, dict[str, int]] = {}
         self._user_runs: dict[str, deque[int]] = {}
         self._user_app_failures: dict[str, deque[tuple[int, str, str]]] = {}
+        self._owner_reported: dict[str, int] = {}  # user -> their last failure reported
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Unpickle, also a checkpoint from before job-aware verdicts: their state starts empty."""
         state.setdefault("_failure_users", {})
         state.setdefault("_user_runs", {})
         state.setdefault("_user_app_failures", {})
+        state.setdefault("_owner_reported", {})
         self.__dict__.update(state)
 
     # -- input ---------------------------------------------------------------------------------
@@ -356,6 +358,7 @@ class FleetCore:
             else:
                 self._out.incidents.extend(self._incidents.resolve_idle(instant))
                 self._evaluate_lemons(instant)
+                self._evaluate_owners(instant)
                 self._next_lemon_ms = instant + every
         self._apply_before(horizon)
         self._applied_to = horizon
@@ -417,38 +420,49 @@ class FleetCore:
             failures.popleft()
 
     def _app_failure(self, fact: FleetFact) -> None:
-        """A run of user ``fact.name`` failed with application-class XIDs and no hardware evidence:
-        when such failures make up most of the user's recent runs, the user's jobs crash wherever
-        they run, and the owner hears of it (one incident per user, never a node verdict)."""
-        user = fact.name
-        failures = self._user_app_failures.setdefault(user, deque())
-        if not any(job == fact.key for _, _, job in failures):  # one per run, not per node
+        """A run of user ``fact.name`` failed with application-class XIDs and no hardware evidence
+        (one entry per run, whichever of its nodes the fact is about)."""
+        failures = self._user_app_failures.setdefault(fact.name, deque())
+        if not any(job == fact.key for _, _, job in failures):
             failures.append((fact.ts_ms, fact.node, fact.key))
-        self._expire_user(user, fact.ts_ms)
-        runs = len(self._user_runs.get(user, ()))
+
+    def _evaluate_owners(self, now: int) -> None:
+        """At each verdict instant: a user whose application failures make up most of their recent
+        runs has jobs that crash wherever they run; the owner hears of it (one incident per user,
+        never a node verdict), with each failure not reported yet as evidence."""
         config = self.config
-        if len(failures) < config.owner_min_failures or len(failures) < config.owner_min_share * max(runs, 1):
-            return
-        nodes = sorted({node for _, node, _ in failures})
-        self._out.incidents.extend(
-            self._incidents.observe(
-                Finding(
-                    cluster=self._cluster_of.get(fact.node, ""),
-                    kind=IncidentKind.JOB_APP_ERRORS,
-                    node=fact.node,
-                    severity=Severity.WARN,
-                    detector="job_aware",
-                    score=len(failures) / max(runs, 1),
-                    action=f"tell user {user}: their jobs fail with application errors wherever they run; "
-                    "no node action (draining would fix nothing)",
-                    title=f"Application errors follow user {user}: {len(failures)} of "
-                    f"{max(runs, len(failures))} runs failed with application XIDs on {len(nodes)} "
-                    f"node(s) within {config.owner_window_ms // 3_600_000} h",
-                    evidence=EvidenceItem(fact.ts_ms, jobs=(fact.key,)),
-                    owner=user,
+        for user in sorted(self._user_app_failures):
+            self._expire_user(user, now)
+            failures = self._user_app_failures[user]
+            if not failures:
+                del self._user_app_failures[user]
+                continue
+            runs = max(len(self._user_runs.get(user, ())), len(failures))
+            if len(failures) < config.owner_min_failures or len(failures) < config.owner_min_share * runs:
+                continue
+            reported = self._owner_reported.get(user, -(2**62))
+            for ts_ms, node, job_id in failures:
+                if ts_ms <= reported:
+                    continue
+                self._out.incidents.extend(
+                    self._incidents.observe(
+                        Finding(
+                            cluster=self._cluster_of.get(node, ""),
+                            kind=IncidentKind.JOB_APP_ERRORS,
+                            node=node,
+                            severity=Severity.WARN,
+                            detector="job_aware",
+                            score=len(failures) / runs,
+                            action=f"tell user {user}: their jobs fail with application errors wherever "
+                            "they run; no node action (draining would fix nothing)",
+                            title=f"Application errors follow user {user}'s jobs: most of their runs fail "
+                            "with application XIDs, wherever they run",
+                            evidence=EvidenceItem(ts_ms, jobs=(job_id,)),
+                            owner=user,
+                        )
+                    )
                 )
-            )
-        )
+            self._owner_reported[user] = failures[-1][0]
 
     def _evaluate_lemons(self, now: int) -> None:
         for verdict in self._lemons.evaluate(now):

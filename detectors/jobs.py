@@ -15,6 +15,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from typing import Any
 
 from detectors.attribution import HardwareEvent, NodeEvidenceLog
 from detectors.mttf import SizeBuckets
@@ -170,6 +171,16 @@ class JobTracker:
         # (decide-at, sequence, run, final event) for failed runs awaiting attribution.
         self._pending: list[tuple[int, int, JobRun, JobEvent]] = []
         self._sequence = 0
+        # Running runs by job id alone (what a node's records can be matched to).
+        self._runs_of_job: dict[str, list[JobRun]] = {}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickle, also a checkpoint from before the job context: index the running runs."""
+        self.__dict__.update(state)
+        if "_runs_of_job" not in state:
+            self._runs_of_job = {}
+            for run in self._runs.values():
+                self._runs_of_job.setdefault(run.job_id, []).append(run)
 
     @property
     def running(self) -> Collection[JobRun]:
@@ -187,8 +198,16 @@ class JobTracker:
         return tuple(sorted(jobs)) if jobs else ()
 
     def runs_at(self, node: str, cluster: str) -> tuple[JobRun, ...]:
-        """The runs of ``cluster`` running on ``node``, by job id."""
-        return tuple(run for job in self.jobs_at(node) if (run := self._runs.get((cluster, job))) is not None)
+        """The runs on ``node``, by job id: of ``cluster``, or of any cluster when the node's
+        records do not name the scheduler's cluster (a kernel log names none)."""
+        runs = []
+        for job in self.jobs_at(node):
+            run = self._runs.get((cluster, job))
+            if run is None:
+                run = next((r for r in self._runs_of_job.get(job, ()) if node in r.nodes), None)
+            if run is not None:
+                runs.append(run)
+        return tuple(runs)
 
     def context_at(self, node: str, cluster: str) -> tuple[JobContext, ...]:
         """The job context of ``node`` now: who runs what there, by job id."""
@@ -217,6 +236,7 @@ class JobTracker:
         if key in self._runs or (event.cluster, event.job_id, start) in self._ended_runs:
             return None  # a redelivered start
         run = self._runs[key] = self._new_run(event, start)
+        self._runs_of_job.setdefault(run.job_id, []).append(run)
         for node in event.nodes:
             self._jobs_on_node.setdefault(node, set()).add(event.job_id)
         return run
@@ -228,7 +248,13 @@ class JobTracker:
         A run that ends without a start seen is taken to have started as the event says.
         """
         run = self._runs.pop((event.cluster, event.job_id), None)
-        if run is None:
+        if run is not None:
+            same_id = [r for r in self._runs_of_job.get(run.job_id, ()) if r is not run]
+            if same_id:
+                self._runs_of_job[run.job_id] = same_id
+            else:
+                self._runs_of_job.pop(run.job_id, None)
+        else:
             run = self._new_run(event, event.start_ms if event.start_ms is not None else event.ts_ms)
         end = event.end_ms if event.end_ms is not None else event.ts_ms
         run_key = (run.cluster, run.job_id, run.start_ms)

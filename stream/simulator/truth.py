@@ -261,6 +261,9 @@ class Truth:
         Names of the lemon nodes (also ``lemon_node`` faults); the others are healthy.
     maintenance
         Maintenance reboots, in time order.
+    crash_loop_users
+        Users whose jobs crash wherever they run (not a fault of any node): an incident should
+        be addressed to each, and no node judged for their failures.
     """
 
     config: SimulationConfig
@@ -277,6 +280,7 @@ class Truth:
     xid_counts: Mapping[int, int]
     lemon_nodes: tuple[str, ...] = ()
     maintenance: tuple[MaintenanceTruth, ...] = ()
+    crash_loop_users: tuple[str, ...] = ()
 
     @property
     def healthy_nodes(self) -> tuple[str, ...]:
@@ -300,6 +304,7 @@ class Truth:
             "xid_counts": {str(code): count for code, count in sorted(self.xid_counts.items())},
             "lemon_nodes": list(self.lemon_nodes),
             "maintenance": [item.to_dict() for item in self.maintenance],
+            "crash_loop_users": list(self.crash_loop_users),
         }
 
     @classmethod
@@ -322,6 +327,7 @@ class Truth:
             xid_counts={int(code): int(count) for code, count in data["xid_counts"].items()},
             lemon_nodes=tuple(data.get("lemon_nodes") or ()),
             maintenance=tuple(MaintenanceTruth.from_dict(item) for item in data.get("maintenance") or ()),
+            crash_loop_users=tuple(data.get("crash_loop_users") or ()),
         )
 
     def write(self, path: Path) -> None:
@@ -503,4 +509,5 @@ def build_truth(history: ClusterHistory) -> Truth:
         xid_counts=dict(sorted(Counter(record.xid for record in history.xids).items())),
         lemon_nodes=tuple(names[node] for node in history.lemon_nodes),
         maintenance=tuple(MaintenanceTruth(names[item.node], item.ts_ms) for item in history.maintenance),
+        crash_loop_users=history.crash_loop_users,
     )

@@ -185,11 +185,14 @@ def partitioned(records: list[Record], partitions: int, seed: int) -> Outcome:
 
 @pytest.fixture(scope="module")
 def clusters(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Record]]:
-    """The bundled example and two simulated clusters (one with under a week of history)."""
+    """The bundled example and two simulated clusters (one with under a week of history, and a user
+    whose jobs crash wherever they run: job-aware verdicts are fleet-wide too)."""
     found = {"example": records_of(EXAMPLE)}
     for name, sim in {
         "60 nodes x 20 days": SimulationConfig(nodes=60, days=20, seed=11, ecc_interval_minutes=720),
-        "120 nodes x 5 days": SimulationConfig(nodes=120, days=5, seed=12, ecc_interval_minutes=720),
+        "120 nodes x 5 days": SimulationConfig(
+            nodes=120, days=5, seed=12, ecc_interval_minutes=720, crash_loop_users=1
+        ),
     }.items():
         folder = tmp_path_factory.mktemp("sim")
         simulate(sim, folder)
@@ -217,6 +220,15 @@ def test_the_simulated_clusters_have_lemons_storms_and_cross_partition_jobs(
     """The equality above is worth something only if the fleet-wide decisions happen at all."""
     kinds = {i.kind for i in embedded(clusters["60 nodes x 20 days"]).incidents.values()}
     assert IncidentKind.LEMON_NODE in kinds
+    crash_loops = [
+        i
+        for i in embedded(clusters["120 nodes x 5 days"]).incidents.values()
+        if i.kind is IncidentKind.JOB_APP_ERRORS
+    ]
+    assert [i.evidence["owner"] for i in crash_loops] == [
+        "user016"
+    ]  # the crash-looping user, after 15 regular
+    assert len(crash_loops[0].evidence["nodes"]) > 1
     assert any(
         isinstance(r, JobEvent) and len({partition_of(n, 4) for n in r.nodes}) > 1
         for r in clusters["60 nodes x 20 days"]
