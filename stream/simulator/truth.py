@@ -2,8 +2,10 @@
 
 The file holds the configuration, the span, the true failure rate and its parts (exposure,
 hardware-attributed job failures), every planted fault, every job that did not complete, the
-XID counts of ``kernel.log``, the lemon nodes and the maintenance reboots. Times are ISO 8601
-UTC strings (:func:`schemas.timeutil.format_ts`).
+XID counts of ``kernel.log``, the lemon nodes, the maintenance reboots and the crash-looping
+users (``crash_loop_users``: users whose jobs crash wherever they run, no node's fault; see
+:mod:`stream.simulator.planted.crashloop`). Times are ISO 8601 UTC strings
+(:func:`schemas.timeutil.format_ts`).
 
 The ``faults`` list, ordered by onset then ``fault_id``, holds every kind (see
 :mod:`stream.simulator.planted`); each fault has ``fault_id``, ``kind``, ``node``, ``onset``,
