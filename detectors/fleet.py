@@ -456,7 +456,7 @@ class FleetCore:
                             action=f"tell user {user}: their jobs fail with application errors wherever "
                             "they run; no node action (draining would fix nothing)",
                             title=f"Application errors follow user {user}'s jobs: most of their runs fail "
-                            "with application XIDs, wherever they run",
+                            "with application XIDs",
                             evidence=EvidenceItem(ts_ms, jobs=(job_id,)),
                             owner=user,
                         )

@@ -181,7 +181,7 @@ class _Open:
         if self.owner:
             evidence["owner"] = self.owner
             evidence["nodes"] = sorted(self.nodes)
-            where = f"jobs of user {self.owner}"
+            where = f"{len(self.nodes)} node(s)"
         else:
             where = f"{self.node} GPU {self.gpu}" if self.gpu else self.node
         codes = ", ".join(f"XID {code} x{n}" for code, n in sorted(self.xid_counts.items()))
