@@ -148,3 +148,57 @@ def test_incidents_carry_the_job_context_of_their_evidence() -> None:
     assert incident.evidence["job_context"] == [
         {"job_id": "42", "user": "alice", "name": "pretrain", "num_nodes": 2, "gpus": 16}
     ]
+
+
+def test_a_checkpoint_from_before_job_aware_verdicts_still_loads() -> None:
+    """A worker restarted on the new code reads its old checkpoint: the new state starts empty."""
+    import pickle
+
+    from detectors.fleet import FleetConfig, FleetCore
+    from detectors.incidents import _Open
+    from detectors.jobs import JobRun, JobTracker
+    from detectors.mttf import SizeBuckets
+
+    old = {"cluster": "c", "job_id": "1", "start_ms": 0, "nodes": ("n1",), "gpus": 8, "covered_ms": {}}
+    for state in ((None, old), old, list(old.values())):  # the layouts Pythons 3.11.x pickle slots in
+        run = JobRun.__new__(JobRun)
+        run.__setstate__(state)
+        assert (run.job_id, run.nodes, run.user, run.app_xids) == ("1", ("n1",), "", 0)
+
+    tracker = JobTracker(attribution_before_ms=1, attribution_after_ms=1, allowed_lateness_ms=1, gpus_per_node=8,
+                         size_buckets=SizeBuckets())  # fmt: skip
+    tracker.start(
+        JobEvent(ts_ms=0, cluster="slurm", job_id="7", state=JobState.RUNNING, nodes=("n1",), user="ann")
+    )
+    state = dict(tracker.__dict__)
+    del state["_runs_of_job"]
+    restored = JobTracker.__new__(JobTracker)
+    restored.__setstate__(state)
+    assert [c.user for c in restored.context_at("n1", "default")] == ["ann"]  # the index is rebuilt
+
+    fleet = FleetCore(FleetConfig())
+    state = {
+        k: v
+        for k, v in fleet.__dict__.items()
+        if k not in ("_failure_users", "_user_runs", "_owner_reported")
+    }
+    revived = FleetCore.__new__(FleetCore)
+    revived.__setstate__(state)
+    assert revived._owner_reported == {} and revived._user_runs == {}
+    assert pickle.loads(pickle.dumps(fleet)).__dict__.keys() == fleet.__dict__.keys()
+
+    core = DetectionCore(config())
+    state = dict(core.__dict__)
+    del state["_app_users"]
+    core2 = DetectionCore.__new__(DetectionCore)
+    core2.__setstate__(state)
+    assert core2._app_users == {}
+
+    incident = _Open.__new__(_Open)
+    incident.__setstate__((None, {"incident_id": "i", "jobs": {"7"}}))
+    assert (incident.incident_id, incident.job_context, incident.owner, incident.nodes) == (
+        "i",
+        {},
+        "",
+        set(),
+    )
