@@ -20,9 +20,9 @@ from typing import Any, cast
 from detectors.attribution import HardwareEvent
 from detectors.ecc import EccRow, EccTracker
 from detectors.exposure import ExposureTracker
-from detectors.fleet import PEAK, RUN, SEEN, SIGNAL, FleetConfig, FleetCore, FleetFact, JobPart
+from detectors.fleet import APP_XID, PEAK, RUN, SEEN, SIGNAL, FleetConfig, FleetCore, FleetFact, JobPart
 from detectors.incidents import EvidenceItem, Finding, IncidentTracker
-from detectors.jobs import Decided, JobContext, JobRun, JobTracker
+from detectors.jobs import Decided, JobRun, JobTracker
 from detectors.lemon import LemonConfig
 from detectors.mttf import SizeBuckets
 from detectors.sxid_catalog import classify_sxid
@@ -217,9 +217,6 @@ class DetectionCore:
         self._recent_xids: dict[tuple[str, str, str], deque[tuple[int, int]]] = {}
         # The UTC day of the last unknown-XID incident per (cluster, node): at most one a day.
         self._unknown_day: dict[tuple[str, str], int] = {}
-        # Job-aware verdicts: per node, when each user's application-class XIDs last counted for
-        # the lemon statistics (one user's crash loop counts once per lemon window, not daily).
-        self._app_users: dict[str, dict[str, int]] = {}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Unpickle, also a worker checkpoint from before the per-GPU XID context and the unknown-XID
@@ -227,7 +224,6 @@ class DetectionCore:
         the restart read without the 48 before it), instead of the checkpoint being refused."""
         state.setdefault("_recent_xids", {})
         state.setdefault("_unknown_day", {})
-        state.setdefault("_app_users", {})
         self.__dict__.update(state)
 
     # -- public API --------------------------------------------------------------------------
@@ -414,15 +410,15 @@ class DetectionCore:
         info = classify_xid(event.xid, event.message, self._recent(event, gpu))
         runs = self._jobs.runs_at(event.node, event.cluster)
         context = tuple(run.context for run in runs)
-        application = info.category is XidCategory.APPLICATION and not info.hardware
         day = event.ts_ms - event.ts_ms % DAY_MS
-        if self._xid_day.get(event.node, -(2**62)) < day and (
-            not application or self._app_counts(event, context)
-        ):  # one fact a node and day: xid_days
+        owner = runs[0] if len(runs) == 1 and runs[0].user else None
+        if info.category is XidCategory.APPLICATION and not info.hardware and owner is not None:
+            # An application-class XID of one known user's job: whether it counts against the node
+            # (xid_days) depends on whether it follows the user, which the fleet stage sees.
+            self._app_xid(event, owner)
+        elif self._xid_day.get(event.node, -(2**62)) < day:  # one fact a node and day: xid_days
             self._xid_day[event.node] = day
             self._signal(event.node, "xid_days", event.ts_ms)
-        if application:
-            self._app_xid(event, runs)
         # NVLink errors come in bursts on several GPUs: the spread detector owns them, the storm
         # detector looks at everything else one GPU logs.
         if info.category is XidCategory.NVLINK:
@@ -465,32 +461,13 @@ class DetectionCore:
         if info.job_evidence:
             self._jobs.add_evidence(HardwareEvent(event.ts_ms, event.node, gpu, kind, event.xid))
 
-    def _app_counts(self, event: XidEvent, context: tuple[JobContext, ...]) -> bool:
-        """Whether an application-class XID counts for the node's lemon statistics.
-
-        Evidence that stays with the node across many users' jobs is the node's: each user whose
-        job logged one counts once per lemon window. Evidence that follows one user (a crash loop
-        of their jobs) is theirs: it counts once, however many days and jobs it takes. An XID
-        without a known owner (no job, or the scheduler names no user) counts as it always did.
-        """
-        users = {c.user for c in context}
-        if not context or "" in users:
-            return True
-        since = event.ts_ms - self.config.lemon.window_ms
-        counted = self._app_users.setdefault(event.node, {})
-        new = [user for user in sorted(users) if counted.get(user, -(2**62)) <= since]
-        for user in new:
-            counted[user] = event.ts_ms
-        if len(counted) > 256:  # forget the users whose count left the window
-            self._app_users[event.node] = {u: t for u, t in counted.items() if t > since}
-        return bool(new)
-
-    def _app_xid(self, event: XidEvent, runs: tuple[JobRun, ...]) -> None:
-        """An application-class XID: the run that logged it remembers it (a failed run with it and
-        no hardware evidence failed for its own reasons: the fleet stage counts it for its owner,
-        not against the node)."""
-        if len(runs) == 1 and self._mine(event.node):  # with several, whose it was is unknown
-            runs[0].app_xids += 1
+    def _app_xid(self, event: XidEvent, run: JobRun) -> None:
+        """An application-class XID of ``run``'s job: the run remembers it (a failed run with it and
+        no hardware evidence failed for its own reasons), and the fleet stage hears of it with the
+        job's owner: it counts for the node's ``xid_days`` unless the errors follow that user."""
+        if self._mine(event.node):
+            run.app_xids += 1
+            self._fact(FleetFact(event.ts_ms, APP_XID, event.node, run.user, run.job_id, event.xid))
 
     def _recent(self, event: XidEvent, gpu: str) -> tuple[int, ...]:
         """The XIDs this GPU logged in the context window before ``event``; remembers ``event``."""
@@ -666,11 +643,12 @@ class DetectionCore:
         if event.state is JobState.RUNNING:
             run = self._jobs.start(event)
             if run is not None:
-                for node in run.nodes:
+                for index, node in enumerate(run.nodes):
                     self._see(event.cluster, node, event.ts_ms)
-                    self._signal(node, "job_runs", run.start_ms, run.job_id)
-                if run.nodes and run.user and self._mine(run.nodes[0]):  # once, for its owner's record
-                    self._fact(FleetFact(run.start_ms, RUN, run.nodes[0], run.user, run.job_id))
+                    if self._mine(node):
+                        # The node's load (lemon's job_runs) unless its owner's jobs crash wherever
+                        # they run; the first node's fact also counts the run for its owner.
+                        self._fact(FleetFact(run.start_ms, RUN, node, run.user, run.job_id, int(index == 0)))
             return
         if not event.state.is_terminal:
             return

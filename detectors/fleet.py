@@ -69,7 +69,7 @@ __all__ = [
 ]
 
 #: Kinds of :class:`FleetFact`.
-SEEN, SIGNAL, FAILED_JOB, PEAK, RUN = "seen", "signal", "failed_job", "peak", "run"
+SEEN, SIGNAL, FAILED_JOB, PEAK, RUN, APP_XID = "seen", "signal", "failed_job", "peak", "run", "app_xid"
 
 #: Why a failed job failed (``value`` of a ``failed_job`` fact): no evidence either way (or a fact
 #: of a worker from before job-aware verdicts), hardware evidence on its nodes, or application-class
@@ -235,16 +235,13 @@ class FleetCore:
         self._decided: dict[tuple[str, str, int, int], int] = {}  # run -> end, to drop repeats
         self._exposure = ExposureTracker(config.windows_s, config.size_buckets)
         self._out = FleetOutput()
-        # Job-aware verdicts: per node, when each user's failures without hardware evidence last
-        # counted for the lemon statistics; per user, their runs and application failures.
-        self._failure_users: dict[str, dict[str, int]] = {}
+        # Job-aware verdicts: per user, their recent runs and application failures.
         self._user_runs: dict[str, deque[int]] = {}
         self._user_app_failures: dict[str, deque[tuple[int, str, str]]] = {}
         self._owner_reported: dict[str, int] = {}  # user -> their last failure reported
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Unpickle, also a checkpoint from before job-aware verdicts: their state starts empty."""
-        state.setdefault("_failure_users", {})
         state.setdefault("_user_runs", {})
         state.setdefault("_user_app_failures", {})
         state.setdefault("_owner_reported", {})
@@ -380,35 +377,34 @@ class FleetCore:
             else:
                 self._lemons.record(fact.node, fact.name, fact.ts_ms)
         elif fact.kind == FAILED_JOB:
-            if self._failure_counts(fact):
-                self._lemons.record_failed_job(fact.node, fact.key, fact.ts_ms)
             if fact.value == FAILED_APPLICATION and fact.name:
                 self._app_failure(fact)
+            if fact.value == FAILED_HARDWARE or not self._follows_user(fact.name, fact.ts_ms):
+                self._lemons.record_failed_job(fact.node, fact.key, fact.ts_ms)
+        elif fact.kind == APP_XID:
+            if not self._follows_user(fact.name, fact.ts_ms):
+                self._lemons.record_xid(fact.node, fact.ts_ms)
         elif fact.kind == RUN:
-            runs = self._user_runs.setdefault(fact.name, deque())
-            runs.append(fact.ts_ms)
-            self._expire_user(fact.name, fact.ts_ms)
+            if fact.value and fact.name:
+                self._user_runs.setdefault(fact.name, deque()).append(fact.ts_ms)
+                self._expire_user(fact.name, fact.ts_ms)
+            if not self._follows_user(fact.name, fact.ts_ms):
+                self._lemons.record(fact.node, "job_runs", fact.ts_ms)
         elif fact.kind == PEAK:
             bisect.insort(self._peaks, fact.value)
 
     # -- job-aware verdicts ---------------------------------------------------------------------
 
-    def _failure_counts(self, fact: FleetFact) -> bool:
-        """Whether a failed job counts against its node in the lemon statistics: a hardware-
-        attributed one always; one without hardware evidence once per user and node in the lemon
-        window, so that one user's jobs failing again and again (a crash loop, a bad script)
-        weigh as one user's bad luck with the node, while failures across many users' jobs add up."""
-        if fact.value == FAILED_HARDWARE or not fact.name:
-            return True
-        counted = self._failure_users.setdefault(fact.node, {})
-        since = fact.ts_ms - self.config.lemon.window_ms
-        last = counted.get(fact.name)
-        if last is not None and last > since:
+    def _follows_user(self, user: str, now_ms: int) -> bool:
+        """Whether ``user``'s jobs crash wherever they run: application failures (application-class
+        XIDs, no hardware evidence) make up most of their runs of the last ``owner_window_ms``, at
+        least ``owner_min_failures`` of them. Their evidence is theirs, not their nodes'."""
+        if not user or user not in self._user_app_failures:
             return False
-        counted[fact.name] = fact.ts_ms
-        if len(counted) > 256:
-            self._failure_users[fact.node] = {u: t for u, t in counted.items() if t > since}
-        return True
+        self._expire_user(user, now_ms)
+        failures = len(self._user_app_failures[user])
+        runs = max(len(self._user_runs.get(user, ())), failures)
+        return failures >= self.config.owner_min_failures and failures >= self.config.owner_min_share * runs
 
     def _expire_user(self, user: str, now_ms: int) -> None:
         since = now_ms - self.config.owner_window_ms
@@ -430,16 +426,13 @@ class FleetCore:
         """At each verdict instant: a user whose application failures make up most of their recent
         runs has jobs that crash wherever they run; the owner hears of it (one incident per user,
         never a node verdict), with each failure not reported yet as evidence."""
-        config = self.config
         for user in sorted(self._user_app_failures):
-            self._expire_user(user, now)
+            if not self._follows_user(user, now):
+                if not self._user_app_failures[user]:
+                    del self._user_app_failures[user]
+                continue
             failures = self._user_app_failures[user]
-            if not failures:
-                del self._user_app_failures[user]
-                continue
             runs = max(len(self._user_runs.get(user, ())), len(failures))
-            if len(failures) < config.owner_min_failures or len(failures) < config.owner_min_share * runs:
-                continue
             reported = self._owner_reported.get(user, -(2**62))
             for ts_ms, node, job_id in failures:
                 if ts_ms <= reported:

@@ -29,7 +29,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, l
     makes of it."""
     folder = tmp_path_factory.mktemp("fleet")
     sim = folder / "sim"
-    cli({}, "simulate", "--nodes", "60", "--days", "20", "--seed", "21", "--ecc-interval-minutes", "720",
+    cli({}, "simulate", "--nodes", "60", "--days", "20", "--seed", "29", "--ecc-interval-minutes", "720",
         "--crash-loop-users", "1", "--out", str(sim))  # fmt: skip
     store = folder / "embedded"
     cli({}, "replay", str(sim / "kernel.log"), str(sim / "sacct.txt"), str(sim / "dcgm.prom"),
