@@ -334,8 +334,12 @@ def _text(result: dict[str, Any]) -> str:
                 f"{job['gpus']} GPUs, from {job['start']}{ended})",
             )
         if result["category"] == XidCategory.APPLICATION.value and result["jobs"]:
-            row("verdict", "application-class: the job's, not the node's (counted once per user and node "
-                "for the lemon statistics)")  # fmt: skip
+            owners = sorted({incident["owner"] for incident in result.get("owner_incidents", ())})
+            if owners:
+                verdict = f"application-class, and the errors follow user {', '.join(owners)}: not the node's"
+            else:
+                verdict = "application-class: the job's; the node's unless its owner's errors follow them"
+            row("verdict", verdict)
         for incident in result.get("owner_incidents", ()):
             row("owner", f"{incident['incident_id']} to user {incident['owner']}: {incident['summary']}")
     deviation = result["deviation"]

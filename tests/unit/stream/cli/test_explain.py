@@ -123,5 +123,5 @@ def test_with_a_store_a_line_shows_its_job_context_and_the_owners_incident(capsy
     assert idle["jobs"] == [] and idle["owner_incidents"] == []
     _, text = explain(capsys, "--year", "2024", "--clickhouse", store, lines[7])
     assert "jobs:         507 of dbg (debug, 1 node(s), 8 GPUs" in text
-    assert "verdict:      application-class: the job's, not the node's" in text
+    assert "verdict:      application-class, and the errors follow user dbg: not the node's" in text
     assert "owner:" in text and "to user dbg" in text
