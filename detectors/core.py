@@ -685,6 +685,7 @@ class DetectionCore:
             evidence=evidence,
             user=run.user,
             app_xids=run.app_xids,
+            name=run.name,
         )
         if self.fleet is not None:
             self.fleet.add_job(part)

@@ -127,6 +127,7 @@ class JobPart:
     user: str = ""
     #: Application-class XIDs the run logged on the covered nodes.
     app_xids: int = 0
+    name: str = ""
 
     @property
     def run_key(self) -> tuple[str, str, int, int]:
@@ -492,7 +493,15 @@ class FleetCore:
             {e for p in parts for e in p.evidence}, key=lambda e: (e.ts_ms, e.node, e.gpu, e.kind, e.xid or 0)
         )
         hardware = bool(evidence)
-        run = JobRun(part.cluster, part.job_id, part.start_ms, part.nodes, part.gpus)
+        run = JobRun(
+            part.cluster,
+            part.job_id,
+            part.start_ms,
+            part.nodes,
+            part.gpus,
+            user=next((p.user for p in parts if p.user), ""),
+            name=next((p.name for p in parts if p.name), ""),
+        )
         buckets = self.config.size_buckets
         attribution = JobAttribution(
             cluster=run.cluster,
@@ -560,6 +569,7 @@ class FleetCore:
             summary=summary,
             evidence={
                 "job_id": run.job_id,
+                "job_context": [run.context.to_dict()],
                 "state": part.state.value,
                 "gpus": run.gpus,
                 "nodes": list(run.nodes[:64]),

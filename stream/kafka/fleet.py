@@ -79,6 +79,7 @@ def _part(part: JobPart) -> dict[str, Any]:
         "evidence": [[e.ts_ms, e.node, e.gpu, e.kind.value, e.xid] for e in part.evidence],
         "user": part.user,
         "app_xids": part.app_xids,
+        "name": part.name,
     }
 
 
@@ -131,6 +132,7 @@ def decode_fleet_message(value: bytes) -> FleetMessage:
             # Absent from a worker from before job-aware verdicts: no owner, no application XIDs.
             user=str(j.get("user", "")),
             app_xids=int(j.get("app_xids", 0)),
+            name=str(j.get("name", "")),
         )
         for j in doc["jobs"]
     ]

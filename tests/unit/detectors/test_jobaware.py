@@ -130,6 +130,37 @@ def test_application_xids_count_against_the_node_unless_they_follow_the_user() -
     assert len(signals["n07"].signals["failed_jobs"]) <= 5  # before dbg's errors were seen to follow them
 
 
+def test_a_hardware_failure_names_the_job_its_owner_and_its_size() -> None:
+    records: list[Record] = [
+        JobEvent(
+            ts_ms=0,
+            cluster="c",
+            job_id="9",
+            state=JobState.RUNNING,
+            nodes=("n1", "n2"),
+            gpus=16,
+            user="bob",
+            name="pretrain",
+        ),
+        xid(HOUR_MS, "n2", 79),
+        JobEvent(
+            ts_ms=HOUR_MS + MINUTE_MS,
+            cluster="c",
+            job_id="9",
+            state=JobState.FAILED,
+            nodes=("n1", "n2"),
+            gpus=16,
+            user="bob",
+            name="pretrain",
+            end_ms=HOUR_MS + MINUTE_MS,
+        ),
+    ]
+    [failure] = [i for i in run(records).values() if i.kind is IncidentKind.JOB_HW_FAILURE]
+    assert failure.evidence["job_context"] == [
+        {"job_id": "9", "user": "bob", "name": "pretrain", "num_nodes": 2, "gpus": 16}
+    ]
+
+
 def test_incidents_carry_the_job_context_of_their_evidence() -> None:
     records: list[Record] = [
         JobEvent(
