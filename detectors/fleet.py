@@ -87,12 +87,16 @@ class FleetFact:
         Event time of the fact.
     kind
         ``seen`` (``node`` of ``cluster`` is part of the fleet), ``signal`` (one lemon signal
-        ``name`` on ``node``; ``key``: the job of a ``job_runs`` signal), ``failed_job`` (job
-        ``key`` of user ``name`` failed on ``node``, for the reason ``value``: one of
+        ``name`` on ``node``; ``key``: the job of a ``job_runs`` signal from a worker before
+        job-aware verdicts), ``failed_job`` (job ``key`` of user ``name`` failed on ``node``, for
+        the reason ``value``: one of
         :data:`FAILED_UNKNOWN`, :data:`FAILED_HARDWARE`, :data:`FAILED_APPLICATION`; the stage
         makes these itself once it attributed the job), ``peak`` (a burst of GPU ``key`` on
-        ``node`` finished, having peaked at ``value`` window counts) or ``run`` (job ``key`` of
-        user ``name`` started, its first node ``node``: what a user's failures are a share of).
+        ``node`` finished, having peaked at ``value`` window counts), ``run`` (job ``key`` of
+        user ``name`` started on ``node``, its first node when ``value`` is 1: the node's load, and
+        what a user's failures are a share of) or ``app_xid`` (job ``key`` of user ``name``
+        logged application-class XID ``value`` on ``node``: an XID day of the node unless the
+        errors follow the user).
 
     Two equal facts are one fact handed over twice (a core restarted from a checkpoint repeats
     what it handed over since): the stage keeps one.
