@@ -20,9 +20,9 @@ from typing import Any, cast
 from detectors.attribution import HardwareEvent
 from detectors.ecc import EccRow, EccTracker
 from detectors.exposure import ExposureTracker
-from detectors.fleet import FAILED_JOB, PEAK, SEEN, SIGNAL, FleetConfig, FleetCore, FleetFact, JobPart
+from detectors.fleet import APP_XID, PEAK, RUN, SEEN, SIGNAL, FleetConfig, FleetCore, FleetFact, JobPart
 from detectors.incidents import EvidenceItem, Finding, IncidentTracker
-from detectors.jobs import Decided, JobTracker
+from detectors.jobs import Decided, JobRun, JobTracker
 from detectors.lemon import LemonConfig
 from detectors.mttf import SizeBuckets
 from detectors.sxid_catalog import classify_sxid
@@ -418,12 +418,19 @@ class DetectionCore:
         if event.device == "nvswitch":
             self._process_sxid(event)
             return
-        day = event.ts_ms - event.ts_ms % DAY_MS
-        if self._xid_day.get(event.node, -(2**62)) < day:  # one fact a node and day: xid_days
-            self._xid_day[event.node] = day
-            self._signal(event.node, "xid_days", event.ts_ms)
         gpu = event.gpu_key
         info = self._classify(event.xid, event.message, self._recent(event, gpu))
+        runs = self._jobs.runs_at(event.node, event.cluster)
+        context = tuple(run.context for run in runs)
+        day = event.ts_ms - event.ts_ms % DAY_MS
+        owner = runs[0] if len(runs) == 1 and runs[0].user else None
+        if info.category is XidCategory.APPLICATION and not info.hardware and owner is not None:
+            # An application-class XID of one known user's job: whether it counts against the node
+            # (xid_days) depends on whether it follows the user, which the fleet stage sees.
+            self._app_xid(event, owner)
+        elif self._xid_day.get(event.node, -(2**62)) < day:  # one fact a node and day: xid_days
+            self._xid_day[event.node] = day
+            self._signal(event.node, "xid_days", event.ts_ms)
         # NVLink errors come in bursts on several GPUs: the spread detector owns them, the storm
         # detector looks at everything else one GPU logs.
         if info.category is XidCategory.NVLINK:
@@ -448,7 +455,11 @@ class DetectionCore:
                 action=info.action,
                 title=info.name,
                 evidence=EvidenceItem(
-                    event.ts_ms, xid=event.xid, message=event.message, jobs=self._jobs.jobs_at(event.node)
+                    event.ts_ms,
+                    xid=event.xid,
+                    message=event.message,
+                    jobs=self._jobs.jobs_at(event.node),
+                    job_context=context,
                 ),
             )
         )
@@ -467,6 +478,14 @@ class DetectionCore:
         info = classify_xid(code, message, recent)
         override = self._xid_overrides.get(code)
         return info if override is None else override.apply(info)
+
+    def _app_xid(self, event: XidEvent, run: JobRun) -> None:
+        """An application-class XID of ``run``'s job: the run remembers it (a failed run with it and
+        no hardware evidence failed for its own reasons), and the fleet stage hears of it with the
+        job's owner: it counts for the node's ``xid_days`` unless the errors follow that user."""
+        if self._mine(event.node):
+            run.app_xids += 1
+            self._fact(FleetFact(event.ts_ms, APP_XID, event.node, run.user, run.job_id, event.xid))
 
     def _recent(self, event: XidEvent, gpu: str) -> tuple[int, ...]:
         """The XIDs this GPU logged in the context window before ``event``; remembers ``event``."""
@@ -524,7 +543,11 @@ class DetectionCore:
                 action=info.action,
                 title=f"NVSwitch SXid {event.xid}: {info.name}",
                 evidence=EvidenceItem(
-                    event.ts_ms, xid=event.xid, message=event.message, jobs=self._jobs.jobs_at(event.node)
+                    event.ts_ms,
+                    xid=event.xid,
+                    message=event.message,
+                    jobs=self._jobs.jobs_at(event.node),
+                    job_context=self._jobs.context_at(event.node, event.cluster),
                 ),
             )
         )
@@ -568,6 +591,7 @@ class DetectionCore:
                             xid=event.xid,
                             message=event.message,
                             jobs=self._jobs.jobs_at(event.node),
+                            job_context=self._jobs.context_at(event.node, event.cluster),
                         ),
                     )
                 )
@@ -609,6 +633,7 @@ class DetectionCore:
                             xid=event.xid,
                             message=event.message,
                             jobs=self._jobs.jobs_at(event.node),
+                            job_context=self._jobs.context_at(event.node, event.cluster),
                         ),
                     )
                 )
@@ -636,9 +661,12 @@ class DetectionCore:
         if event.state is JobState.RUNNING:
             run = self._jobs.start(event)
             if run is not None:
-                for node in run.nodes:
+                for index, node in enumerate(run.nodes):
                     self._see(event.cluster, node, event.ts_ms)
-                    self._signal(node, "job_runs", run.start_ms, run.job_id)
+                    if self._mine(node):
+                        # The node's load (lemon's job_runs) unless its owner's jobs crash wherever
+                        # they run; the first node's fact also counts the run for its owner.
+                        self._fact(FleetFact(run.start_ms, RUN, node, run.user, run.job_id, int(index == 0)))
             return
         if not event.state.is_terminal:
             return
@@ -649,11 +677,9 @@ class DetectionCore:
         if ended.decide_at_ms is None:
             self._emitted.mttf.extend(self._exposure.run_ended(run, end, event.state))
             return
-        # A possible hardware failure: the lemon statistics count it now, the verdict waits for
-        # the attribution window (the tracker holds the run until then).
-        for node in run.nodes:
-            if self._mine(node):
-                self._fact(FleetFact(end, FAILED_JOB, node, key=run.job_id))
+        # A possible hardware failure: the verdict waits for the attribution window (the tracker
+        # holds the run until then); the fleet stage counts it for the lemon statistics once it
+        # knows whether hardware or the job itself failed it.
         if event.state is JobState.NODE_FAIL and len(run.nodes) == 1:
             self._signal(run.nodes[0], "node_fails", end)
         self._next_deadline = min(self._next_deadline, ended.decide_at_ms)
@@ -675,6 +701,9 @@ class DetectionCore:
             gpus=run.gpus,
             covered=tuple(node for node in run.nodes if self._mine(node)),
             evidence=evidence,
+            user=run.user,
+            app_xids=run.app_xids,
+            name=run.name,
         )
         if self.fleet is not None:
             self.fleet.add_job(part)

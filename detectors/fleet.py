@@ -34,8 +34,10 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from detectors.attribution import HardwareEvent
 from detectors.exposure import ExposureTracker
@@ -54,10 +56,25 @@ from schemas.outputs import (
 from schemas.records import JobState
 from schemas.timeutil import DAY_MS
 
-__all__ = ["FleetConfig", "FleetCore", "FleetFact", "FleetOutput", "JobPart", "exact_quantile"]
+__all__ = [
+    "FAILED_APPLICATION",
+    "FAILED_HARDWARE",
+    "FAILED_UNKNOWN",
+    "FleetConfig",
+    "FleetCore",
+    "FleetFact",
+    "FleetOutput",
+    "JobPart",
+    "exact_quantile",
+]
 
-#: Kinds of :class:`FleetFact`, in the order facts of one instant are applied.
-SEEN, SIGNAL, FAILED_JOB, PEAK = "seen", "signal", "failed_job", "peak"
+#: Kinds of :class:`FleetFact`.
+SEEN, SIGNAL, FAILED_JOB, PEAK, RUN, APP_XID = "seen", "signal", "failed_job", "peak", "run", "app_xid"
+
+#: Why a failed job failed (``value`` of a ``failed_job`` fact): no evidence either way (or a fact
+#: of a worker from before job-aware verdicts), hardware evidence on its nodes, or application-class
+#: XIDs from the job itself and no hardware evidence.
+FAILED_UNKNOWN, FAILED_HARDWARE, FAILED_APPLICATION = 0, 1, 2
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -70,9 +87,16 @@ class FleetFact:
         Event time of the fact.
     kind
         ``seen`` (``node`` of ``cluster`` is part of the fleet), ``signal`` (one lemon signal
-        ``name`` on ``node``; ``key``: the job of a ``job_runs`` signal), ``failed_job`` (job
-        ``key`` failed on ``node``) or ``peak`` (a burst of GPU ``key`` on ``node`` finished,
-        having peaked at ``value`` window counts).
+        ``name`` on ``node``; ``key``: the job of a ``job_runs`` signal from a worker before
+        job-aware verdicts), ``failed_job`` (job ``key`` of user ``name`` failed on ``node``, for
+        the reason ``value``: one of
+        :data:`FAILED_UNKNOWN`, :data:`FAILED_HARDWARE`, :data:`FAILED_APPLICATION`; the stage
+        makes these itself once it attributed the job), ``peak`` (a burst of GPU ``key`` on
+        ``node`` finished, having peaked at ``value`` window counts), ``run`` (job ``key`` of
+        user ``name`` started on ``node``, its first node when ``value`` is 1: the node's load, and
+        what a user's failures are a share of) or ``app_xid`` (job ``key`` of user ``name``
+        logged application-class XID ``value`` on ``node``: an XID day of the node unless the
+        errors follow the user).
 
     Two equal facts are one fact handed over twice (a core restarted from a checkpoint repeats
     what it handed over since): the stage keeps one.
@@ -104,6 +128,10 @@ class JobPart:
     gpus: int
     covered: tuple[str, ...]
     evidence: tuple[HardwareEvent, ...]
+    user: str = ""
+    #: Application-class XIDs the run logged on the covered nodes.
+    app_xids: int = 0
+    name: str = ""
 
     @property
     def run_key(self) -> tuple[str, str, int, int]:
@@ -128,6 +156,11 @@ class FleetConfig:
         MTTF windows and job-size buckets, for the final rows of attributed runs.
     quiet_period_ms
         Quiet period that resolves a lemon incident.
+    owner_window_ms, owner_min_failures, owner_min_share
+        Job-aware verdicts: a user whose runs failed with application-class XIDs (and no
+        hardware evidence) at least ``owner_min_failures`` times within ``owner_window_ms``, that
+        being at least ``owner_min_share`` of the runs they started in it, gets a
+        ``job_app_errors`` incident (a crash loop of their jobs, wherever they run).
     """
 
     lemon: LemonConfig = field(default_factory=LemonConfig)
@@ -138,6 +171,9 @@ class FleetConfig:
     windows_s: tuple[int, ...] = (3600, 86400)
     size_buckets: SizeBuckets = field(default_factory=SizeBuckets)
     quiet_period_ms: int = 3 * DAY_MS
+    owner_window_ms: int = DAY_MS
+    owner_min_failures: int = 5
+    owner_min_share: float = 0.5
 
 
 @dataclass(slots=True)
@@ -204,6 +240,17 @@ class FleetCore:
         self._decided: dict[tuple[str, str, int, int], int] = {}  # run -> end, to drop repeats
         self._exposure = ExposureTracker(config.windows_s, config.size_buckets)
         self._out = FleetOutput()
+        # Job-aware verdicts: per user, their recent runs and application failures.
+        self._user_runs: dict[str, deque[int]] = {}
+        self._user_app_failures: dict[str, deque[tuple[int, str, str]]] = {}
+        self._owner_reported: dict[str, int] = {}  # user -> their last failure reported
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickle, also a checkpoint from before job-aware verdicts: their state starts empty."""
+        state.setdefault("_user_runs", {})
+        state.setdefault("_user_app_failures", {})
+        state.setdefault("_owner_reported", {})
+        self.__dict__.update(state)
 
     # -- input ---------------------------------------------------------------------------------
 
@@ -211,6 +258,9 @@ class FleetCore:
         """Facts from core ``partition``; those before the applied horizon are repeats (a core
         that restarted from a checkpoint hands over again what it had handed over)."""
         self._idle.discard(partition)
+        self._queue(facts)
+
+    def _queue(self, facts: Iterable[FleetFact]) -> None:
         for fact in facts:
             if (self._applied_to is None or fact.ts_ms >= self._applied_to) and fact not in self._queued:
                 self._queued.add(fact)
@@ -310,6 +360,7 @@ class FleetCore:
             else:
                 self._out.incidents.extend(self._incidents.resolve_idle(instant))
                 self._evaluate_lemons(instant)
+                self._evaluate_owners(instant)
                 self._next_lemon_ms = instant + every
         self._apply_before(horizon)
         self._applied_to = horizon
@@ -331,9 +382,85 @@ class FleetCore:
             else:
                 self._lemons.record(fact.node, fact.name, fact.ts_ms)
         elif fact.kind == FAILED_JOB:
-            self._lemons.record_failed_job(fact.node, fact.key, fact.ts_ms)
+            if fact.value == FAILED_APPLICATION and fact.name:
+                self._app_failure(fact)
+            if fact.value == FAILED_HARDWARE or not self._follows_user(fact.name, fact.ts_ms):
+                self._lemons.record_failed_job(fact.node, fact.key, fact.ts_ms)
+        elif fact.kind == APP_XID:
+            if not self._follows_user(fact.name, fact.ts_ms):
+                self._lemons.record_xid(fact.node, fact.ts_ms)
+        elif fact.kind == RUN:
+            if fact.value and fact.name:
+                self._user_runs.setdefault(fact.name, deque()).append(fact.ts_ms)
+                self._expire_user(fact.name, fact.ts_ms)
+            if not self._follows_user(fact.name, fact.ts_ms):
+                self._lemons.record(fact.node, "job_runs", fact.ts_ms)
         elif fact.kind == PEAK:
             bisect.insort(self._peaks, fact.value)
+
+    # -- job-aware verdicts ---------------------------------------------------------------------
+
+    def _follows_user(self, user: str, now_ms: int) -> bool:
+        """Whether ``user``'s jobs crash wherever they run: application failures (application-class
+        XIDs, no hardware evidence) make up most of their runs of the last ``owner_window_ms``, at
+        least ``owner_min_failures`` of them. Their evidence is theirs, not their nodes'."""
+        if not user or user not in self._user_app_failures:
+            return False
+        self._expire_user(user, now_ms)
+        failures = len(self._user_app_failures[user])
+        runs = max(len(self._user_runs.get(user, ())), failures)
+        return failures >= self.config.owner_min_failures and failures >= self.config.owner_min_share * runs
+
+    def _expire_user(self, user: str, now_ms: int) -> None:
+        since = now_ms - self.config.owner_window_ms
+        runs = self._user_runs.get(user)
+        while runs and runs[0] <= since:
+            runs.popleft()
+        failures = self._user_app_failures.get(user)
+        while failures and failures[0][0] <= since:
+            failures.popleft()
+
+    def _app_failure(self, fact: FleetFact) -> None:
+        """A run of user ``fact.name`` failed with application-class XIDs and no hardware evidence
+        (one entry per run, whichever of its nodes the fact is about)."""
+        failures = self._user_app_failures.setdefault(fact.name, deque())
+        if not any(job == fact.key for _, _, job in failures):
+            failures.append((fact.ts_ms, fact.node, fact.key))
+
+    def _evaluate_owners(self, now: int) -> None:
+        """At each verdict instant: a user whose application failures make up most of their recent
+        runs has jobs that crash wherever they run; the owner hears of it (one incident per user,
+        never a node verdict), with each failure not reported yet as evidence."""
+        for user in sorted(self._user_app_failures):
+            if not self._follows_user(user, now):
+                if not self._user_app_failures[user]:
+                    del self._user_app_failures[user]
+                continue
+            failures = self._user_app_failures[user]
+            runs = max(len(self._user_runs.get(user, ())), len(failures))
+            reported = self._owner_reported.get(user, -(2**62))
+            for ts_ms, node, job_id in failures:
+                if ts_ms <= reported:
+                    continue
+                self._out.incidents.extend(
+                    self._incidents.observe(
+                        Finding(
+                            cluster=self._cluster_of.get(node, ""),
+                            kind=IncidentKind.JOB_APP_ERRORS,
+                            node=node,
+                            severity=Severity.WARN,
+                            detector="job_aware",
+                            score=len(failures) / runs,
+                            action=f"tell user {user}: their jobs fail with application errors wherever "
+                            "they run; no node action (draining would fix nothing)",
+                            title=f"Application errors follow user {user}'s jobs: most of their runs fail "
+                            "with application XIDs",
+                            evidence=EvidenceItem(ts_ms, jobs=(job_id,)),
+                            owner=user,
+                        )
+                    )
+                )
+            self._owner_reported[user] = failures[-1][0]
 
     def _evaluate_lemons(self, now: int) -> None:
         for verdict in self._lemons.evaluate(now):
@@ -370,7 +497,15 @@ class FleetCore:
             {e for p in parts for e in p.evidence}, key=lambda e: (e.ts_ms, e.node, e.gpu, e.kind, e.xid or 0)
         )
         hardware = bool(evidence)
-        run = JobRun(part.cluster, part.job_id, part.start_ms, part.nodes, part.gpus)
+        run = JobRun(
+            part.cluster,
+            part.job_id,
+            part.start_ms,
+            part.nodes,
+            part.gpus,
+            user=next((p.user for p in parts if p.user), ""),
+            name=next((p.name for p in parts if p.name), ""),
+        )
         buckets = self.config.size_buckets
         attribution = JobAttribution(
             cluster=run.cluster,
@@ -392,6 +527,16 @@ class FleetCore:
             ),
         )
         self._out.attributions.append(attribution)
+        # The lemon statistics count the failure on each of its nodes, now that its cause is known
+        # (at its end time, which no horizon has passed yet: the last part came as it did).
+        user = next((p.user for p in parts if p.user), "")
+        if hardware:
+            reason = FAILED_HARDWARE
+        elif sum(p.app_xids for p in parts) > 0:
+            reason = FAILED_APPLICATION
+        else:
+            reason = FAILED_UNKNOWN
+        self._queue(FleetFact(part.end_ms, FAILED_JOB, node, user, run.job_id, reason) for node in run.nodes)
         if hardware:
             self._out.incidents.append(self._job_incident(run, part, attribution, evidence))
         self._out.mttf.extend(
@@ -428,6 +573,7 @@ class FleetCore:
             summary=summary,
             evidence={
                 "job_id": run.job_id,
+                "job_context": [run.context.to_dict()],
                 "state": part.state.value,
                 "gpus": run.gpus,
                 "nodes": list(run.nodes[:64]),

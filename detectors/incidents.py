@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from detectors.jobs import JobContext
 from schemas.outputs import Incident, IncidentKind, IncidentStatus, Severity
 from schemas.timeutil import format_ts
 
@@ -63,13 +64,15 @@ def incident_id(cluster: str, kind: IncidentKind, subject: str, first_evidence_m
 
 @dataclass(frozen=True, slots=True)
 class EvidenceItem:
-    """One piece of evidence: an XID line, a counter delta, the jobs running where it happened."""
+    """One piece of evidence: an XID line, a counter delta, the jobs running where it happened
+    (their ids, and their context: owner, name, size, when the scheduler said)."""
 
     ts_ms: int
     xid: int | None = None
     message: str = ""
     counter_deltas: tuple[tuple[str, int], ...] = ()
     jobs: tuple[str, ...] = ()
+    job_context: tuple[JobContext, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -105,6 +108,7 @@ class Finding:
     action: str
     title: str
     evidence: EvidenceItem
+    owner: str = ""
 
 
 @dataclass(slots=True)
@@ -127,6 +131,9 @@ class _Open:
     samples: list[dict[str, Any]] = field(default_factory=list)
     counter_deltas: dict[str, int] = field(default_factory=dict)
     jobs: set[str] = field(default_factory=set)
+    job_context: dict[str, JobContext] = field(default_factory=dict)
+    owner: str = ""
+    nodes: set[str] = field(default_factory=set)
 
     def add(self, item: EvidenceItem) -> None:
         self.evidence_count += 1
@@ -148,6 +155,18 @@ class _Open:
         for job in item.jobs:
             if len(self.jobs) < MAX_JOBS:
                 self.jobs.add(job)
+        for context in item.job_context:
+            if len(self.job_context) < MAX_JOBS:
+                self.job_context.setdefault(context.job_id, context)
+
+    def __setstate__(self, state: object) -> None:
+        """Unpickle, also a checkpoint from before the job context: the new fields start empty."""
+        if isinstance(state, tuple) and len(state) == 2 and isinstance(state[1], dict):
+            state = state[1]
+        values = state if isinstance(state, dict) else {}
+        defaults: dict[str, object] = {"job_context": {}, "owner": "", "nodes": set()}
+        for name in self.__slots__:
+            object.__setattr__(self, name, values.get(name, defaults.get(name)))
 
     def snapshot(self, status: IncidentStatus) -> Incident:
         evidence: dict[str, Any] = {"samples": list(self.samples)}
@@ -157,7 +176,14 @@ class _Open:
             evidence["counter_deltas"] = dict(sorted(self.counter_deltas.items()))
         if self.jobs:
             evidence["jobs"] = sorted(self.jobs)
-        where = f"{self.node} GPU {self.gpu}" if self.gpu else self.node
+        if self.job_context:
+            evidence["job_context"] = [c.to_dict() for _, c in sorted(self.job_context.items())]
+        if self.owner:
+            evidence["owner"] = self.owner
+            evidence["nodes"] = sorted(self.nodes)
+            where = f"{len(self.nodes)} node(s)"
+        else:
+            where = f"{self.node} GPU {self.gpu}" if self.gpu else self.node
         codes = ", ".join(f"XID {code} x{n}" for code, n in sorted(self.xid_counts.items()))
         detail = f" ({codes})" if codes else ""
         summary = (
@@ -234,7 +260,11 @@ class IncidentTracker:
         When the evidence comes after the quiet period of an incident still open, the list starts
         with that incident's resolution, followed by the new incident.
         """
-        key = (finding.cluster, finding.kind, finding.node, finding.gpu)
+        key = (
+            (finding.cluster, finding.kind, f"user/{finding.owner}", "")
+            if finding.owner
+            else (finding.cluster, finding.kind, finding.node, finding.gpu)
+        )
         ts_ms = finding.evidence.ts_ms
         quiet_ms = self._quiet(finding.kind)
         current = self._open.get(key)
@@ -246,7 +276,7 @@ class IncidentTracker:
             stale.append(current.snapshot(IncidentStatus.RESOLVED))
             current = None
         if current is None:
-            subject = f"{finding.node}/{finding.gpu}" if finding.gpu else finding.node
+            subject = key[2] + (f"/{finding.gpu}" if finding.gpu else "")
             current = _Open(
                 incident_id=incident_id(finding.cluster, finding.kind, subject, ts_ms),
                 kind=finding.kind,
@@ -261,6 +291,7 @@ class IncidentTracker:
                 score=finding.score,
                 action=finding.action,
                 title=finding.title,
+                owner=finding.owner,
             )
             self._open[key] = current
             status = IncidentStatus.OPEN
@@ -274,6 +305,8 @@ class IncidentTracker:
                 )
             current.score = max(current.score, finding.score)
         previous_last = current.last_ms
+        if finding.owner and finding.node:
+            current.nodes.add(finding.node)
         current.add(finding.evidence)
         if status is IncidentStatus.OPEN or current.last_ms > previous_last:
             heapq.heappush(self._deadlines, (current.last_ms + quiet_ms, key))

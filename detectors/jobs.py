@@ -15,12 +15,42 @@ from __future__ import annotations
 import heapq
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from typing import Any
 
 from detectors.attribution import HardwareEvent, NodeEvidenceLog
 from detectors.mttf import SizeBuckets
 from schemas.records import JobEvent, JobState
 
-__all__ = ["Decided", "JobRun", "JobTracker", "RunEnd"]
+__all__ = ["Decided", "JobContext", "JobRun", "JobTracker", "RunEnd"]
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class JobContext:
+    """Who ran what on a node at one moment: the scheduler's view that evidence carries.
+
+    Attributes
+    ----------
+    job_id, user, name
+        The job, its owner (empty when the scheduler did not say) and its name.
+    num_nodes, gpus
+        Its size.
+    """
+
+    job_id: str
+    user: str = ""
+    name: str = ""
+    num_nodes: int = 1
+    gpus: int = 0
+
+    def to_dict(self) -> dict[str, object]:
+        """The JSON form stored in an incident's evidence (``job_context``)."""
+        return {
+            "job_id": self.job_id,
+            "user": self.user,
+            "name": self.name,
+            "num_nodes": self.num_nodes,
+            "gpus": self.gpus,
+        }
 
 
 @dataclass(slots=True)
@@ -34,6 +64,29 @@ class JobRun:
     gpus: int
     #: Per MTTF window length (by index): exposure already emitted up to here; absent, the start.
     covered_ms: dict[int, int] = field(default_factory=dict)
+    user: str = ""
+    name: str = ""
+    #: Application-class XIDs this run logged on the nodes of this core (job-aware verdicts: a
+    #: failed run that logged them and no hardware evidence failed for its own reasons).
+    app_xids: int = 0
+
+    def __setstate__(self, state: object) -> None:
+        """Unpickle, also a checkpoint from before the job context: the new fields default."""
+        names = ("cluster", "job_id", "start_ms", "nodes", "gpus", "covered_ms", "user", "name", "app_xids")
+        defaults: dict[str, object] = {"user": "", "name": "", "app_xids": 0}
+        if isinstance(state, tuple) and len(state) == 2 and isinstance(state[1], dict):
+            state = state[1]  # (None, slots) from object.__getstate__
+        if isinstance(state, dict):
+            values = state
+        else:
+            values = dict(zip(names, state, strict=False)) if isinstance(state, list | tuple) else {}
+        for name in names:
+            object.__setattr__(self, name, values.get(name, defaults.get(name)))
+
+    @property
+    def context(self) -> JobContext:
+        """This run as evidence names it."""
+        return JobContext(self.job_id, self.user, self.name, len(self.nodes), self.gpus)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +171,16 @@ class JobTracker:
         # (decide-at, sequence, run, final event) for failed runs awaiting attribution.
         self._pending: list[tuple[int, int, JobRun, JobEvent]] = []
         self._sequence = 0
+        # Running runs by job id alone (what a node's records can be matched to).
+        self._runs_of_job: dict[str, list[JobRun]] = {}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickle, also a checkpoint from before the job context: index the running runs."""
+        self.__dict__.update(state)
+        if "_runs_of_job" not in state:
+            self._runs_of_job = {}
+            for run in self._runs.values():
+                self._runs_of_job.setdefault(run.job_id, []).append(run)
 
     @property
     def running(self) -> Collection[JobRun]:
@@ -133,6 +196,22 @@ class JobTracker:
         """Ids of the jobs running on ``node``, sorted."""
         jobs = self._jobs_on_node.get(node)
         return tuple(sorted(jobs)) if jobs else ()
+
+    def runs_at(self, node: str, cluster: str) -> tuple[JobRun, ...]:
+        """The runs on ``node``, by job id: of ``cluster``, or of any cluster when the node's
+        records do not name the scheduler's cluster (a kernel log names none)."""
+        runs = []
+        for job in self.jobs_at(node):
+            run = self._runs.get((cluster, job))
+            if run is None:
+                run = next((r for r in self._runs_of_job.get(job, ()) if node in r.nodes), None)
+            if run is not None:
+                runs.append(run)
+        return tuple(runs)
+
+    def context_at(self, node: str, cluster: str) -> tuple[JobContext, ...]:
+        """The job context of ``node`` now: who runs what there, by job id."""
+        return tuple(run.context for run in self.runs_at(node, cluster))
 
     def add_evidence(self, event: HardwareEvent) -> None:
         """A hardware-class event that may explain a job's failure."""
@@ -157,6 +236,7 @@ class JobTracker:
         if key in self._runs or (event.cluster, event.job_id, start) in self._ended_runs:
             return None  # a redelivered start
         run = self._runs[key] = self._new_run(event, start)
+        self._runs_of_job.setdefault(run.job_id, []).append(run)
         for node in event.nodes:
             self._jobs_on_node.setdefault(node, set()).add(event.job_id)
         return run
@@ -168,7 +248,13 @@ class JobTracker:
         A run that ends without a start seen is taken to have started as the event says.
         """
         run = self._runs.pop((event.cluster, event.job_id), None)
-        if run is None:
+        if run is not None:
+            same_id = [r for r in self._runs_of_job.get(run.job_id, ()) if r is not run]
+            if same_id:
+                self._runs_of_job[run.job_id] = same_id
+            else:
+                self._runs_of_job.pop(run.job_id, None)
+        else:
             run = self._new_run(event, event.start_ms if event.start_ms is not None else event.ts_ms)
         end = event.end_ms if event.end_ms is not None else event.ts_ms
         run_key = (run.cluster, run.job_id, run.start_ms)
@@ -206,7 +292,9 @@ class JobTracker:
 
     def _new_run(self, event: JobEvent, start_ms: int) -> JobRun:
         gpus = event.gpus or max(len(event.nodes), 1) * self.gpus_per_node
-        return JobRun(event.cluster, event.job_id, start_ms, event.nodes, gpus)
+        return JobRun(
+            event.cluster, event.job_id, start_ms, event.nodes, gpus, user=event.user, name=event.name
+        )
 
     def _decide(self, run: JobRun, event: JobEvent) -> Decided:
         end = event.end_ms if event.end_ms is not None else event.ts_ms

@@ -74,6 +74,9 @@ class IncidentKind(StrEnum):
     LEMON_NODE = "lemon_node"
     # Job attribution: a failed job with hardware evidence on its nodes.
     JOB_HW_FAILURE = "job_hw_failure"
+    # Job-aware verdicts: application errors that follow one user's jobs (a crash loop), addressed
+    # to the jobs' owner and never a node verdict.
+    JOB_APP_ERRORS = "job_app_errors"
 
 
 class IncidentStatus(StrEnum):

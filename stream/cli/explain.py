@@ -6,6 +6,12 @@ kernel-log parser the replay uses), the category, severity, meaning, NVIDIA's ac
 and why it is a hardware fault, and any deviation from NVIDIA's catalog with its reason. Lines of
 one paste are read in order with the same per-GPU context as the detection core (an XID 63 right
 after a 48 on the same GPU is part of the 48).
+
+With a store (``--clickhouse`` or ``--data-dir``), each pasted line also shows its job context
+(job-aware verdicts, issue 19): the jobs the stored scheduler records place on that node at that
+moment (id, user, name, size, how they ended), and whether an incident addressed to one of their
+owners (``job_app_errors``: the user's jobs crash wherever they run) covers it. An application-class
+line is then the job's, not the node's.
 """
 
 from __future__ import annotations
@@ -20,7 +26,14 @@ from detectors.sxid_catalog import classify_sxid
 from detectors.xid_catalog import CONTEXT_WINDOW_MS, XidCategory, XidInfo, classify_xid
 from schemas.records import InvalidRecord, XidEvent
 from schemas.timeutil import format_ts
-from stream.cli.common import Commands, add_command, parse_time_argument, print_json
+from stream.cli.common import (
+    Commands,
+    add_command,
+    add_store_arguments,
+    parse_time_argument,
+    print_json,
+    settings_from_args,
+)
 from stream.inputs.parsers.kernel_log import parse_kernel_log
 from stream.inputs.parsers.options import ParseOptions
 
@@ -56,6 +69,7 @@ def add_explain_parser(commands: Commands) -> None:
     )
     explain.add_argument("--timezone", default="UTC", help="zone of dmesg -T times (default UTC)")
     explain.add_argument("--json", action="store_true", help="print a JSON list, one object per item")
+    add_store_arguments(explain)
     explain.set_defaults(handler=run_explain)
 
 
@@ -77,6 +91,11 @@ def run_explain(args: argparse.Namespace) -> int:
         timezone=args.timezone,
     )
     results = explain_items([item for item in items if item.strip()], options, sxid=args.sxid)
+    if args.clickhouse or args.data_dir:  # only with a store named: explain works offline too
+        from stream.sinks.store import connect
+
+        settings = settings_from_args(args)
+        add_job_context(results, connect(settings), settings.database)
     if args.json:
         print_json(results)
     else:
@@ -125,6 +144,7 @@ def explain_items(items: list[str], options: ParseOptions, sxid: bool = False) -
                 "parsed": True,
                 "device": event.device,
                 "time": format_ts(event.ts_ms),
+                "ts_ms": event.ts_ms,
                 "node": "" if event.node == _NO_NODE else event.node,
                 "pci_bus_id": event.pci_bus_id,
                 "pid": event.pid,
@@ -144,6 +164,61 @@ def explain_items(items: list[str], options: ParseOptions, sxid: bool = False) -
             recent[key] = [*seen, (event.ts_ms, event.xid)]
             results.append({**parsed, **_xid(event.xid, event.message, context)})
     return results
+
+
+def add_job_context(results: list[dict[str, Any]], client: Any, database: str) -> None:
+    """Add ``jobs`` (the stored job context of each parsed line's node and moment) and
+    ``owner_incidents`` (``job_app_errors`` incidents of those jobs' owners covering the moment)."""
+    from stream.sinks.store import query_rows
+
+    for result in results:
+        if not result.get("node") or "ts_ms" not in result:
+            continue
+        parameters = {"node": result["node"], "t": result["ts_ms"]}
+        jobs = query_rows(
+            client,
+            f"""SELECT job_id, any(user) AS user, any(name) AS name, max(num_nodes) AS num_nodes,
+                   max(gpus) AS gpus, min(toUnixTimestamp64Milli(coalesce(start, ts))) AS start_ms,
+                   maxIf(toUnixTimestamp64Milli(coalesce(end, ts)), state != 'RUNNING') AS end_ms,
+                   countIf(state != 'RUNNING') AS ended, argMax(state, ts) AS last_state
+            FROM {database}.job_events FINAL
+            WHERE has(nodes, {{node:String}})
+            GROUP BY job_id
+            HAVING start_ms <= {{t:Int64}} AND (ended = 0 OR end_ms + 300000 >= {{t:Int64}})
+            ORDER BY start_ms, job_id""",
+            parameters,
+        )
+        result["jobs"] = [
+            {
+                "job_id": job["job_id"],
+                "user": job["user"],
+                "name": job["name"],
+                "num_nodes": int(job["num_nodes"]),
+                "gpus": int(job["gpus"]),
+                "start": format_ts(int(job["start_ms"])),
+                "state": job["last_state"],
+                "end": format_ts(int(job["end_ms"])) if job["ended"] else None,
+            }
+            for job in jobs
+        ]
+        users = sorted({job["user"] for job in jobs if job["user"]})
+        result["owner_incidents"] = (
+            [
+                {"incident_id": row["incident_id"], "owner": row["owner"], "summary": row["summary"]}
+                for row in query_rows(
+                    client,
+                    f"""SELECT incident_id, JSONExtractString(evidence, 'owner') AS owner, summary
+                    FROM {database}.incidents FINAL
+                    WHERE kind = 'job_app_errors' AND has({{users:Array(String)}}, owner)
+                      AND toUnixTimestamp64Milli(first_evidence) - 86400000 <= {{t:Int64}}
+                      AND toUnixTimestamp64Milli(last_evidence) + 86400000 >= {{t:Int64}}
+                    ORDER BY incident_id""",
+                    {"users": users, "t": result["ts_ms"]},
+                )
+            ]
+            if users
+            else []
+        )
 
 
 def _xid(code: int, message: str, context: tuple[int, ...]) -> dict[str, Any]:
@@ -248,6 +323,25 @@ def _text(result: dict[str, Any]) -> str:
     row("suggested", result["action"])
     if result.get("context"):
         row("context", "XIDs before it on this GPU: " + ", ".join(map(str, result["context"])))
+    if "jobs" in result:
+        if not result["jobs"]:
+            row("jobs", "the store has no job on this node at this moment")
+        for index, job in enumerate(result["jobs"]):
+            ended = f", ended {job['state']} at {job['end']}" if job["end"] else ", running"
+            row(
+                "jobs" if index == 0 else "",
+                f"{job['job_id']} of {job['user'] or '?'} ({job['name'] or '?'}, {job['num_nodes']} node(s), "
+                f"{job['gpus']} GPUs, from {job['start']}{ended})",
+            )
+        if result["category"] == XidCategory.APPLICATION.value and result["jobs"]:
+            owners = sorted({incident["owner"] for incident in result.get("owner_incidents", ())})
+            if owners:
+                verdict = f"application-class, and the errors follow user {', '.join(owners)}: not the node's"
+            else:
+                verdict = "application-class: the job's; the node's unless its owner's errors follow them"
+            row("verdict", verdict)
+        for incident in result.get("owner_incidents", ()):
+            row("owner", f"{incident['incident_id']} to user {incident['owner']}: {incident['summary']}")
     deviation = result["deviation"]
     if deviation is not None:
         row("deviation", f"NVIDIA: {deviation['nvidia']}")

@@ -51,6 +51,12 @@ def add_simulate_parser(commands: Commands) -> None:
         action="store_true",
         help="after the first scrape, write only the DCGM series that changed (files 50-100x smaller)",
     )
+    simulate.add_argument(
+        "--crash-loop-users",
+        type=int,
+        default=0,
+        help="users whose jobs crash wherever they run, with application XIDs (default 0)",
+    )
     simulate.add_argument("--out", type=Path, required=True, help="output folder")
     simulate.set_defaults(handler=run_simulate)
 
@@ -132,6 +138,8 @@ def run_simulate(args: argparse.Namespace) -> int:
         overrides["ecc_interval_minutes"] = args.ecc_interval_minutes
     if args.dcgm_changed_only:
         overrides["dcgm_changed_only"] = True
+    if args.crash_loop_users:
+        overrides["crash_loop_users"] = args.crash_loop_users
     config = SimulationConfig(**overrides)
     with tqdm(total=0, desc="simulate", disable=None) as bar:
 

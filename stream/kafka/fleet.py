@@ -77,6 +77,9 @@ def _part(part: JobPart) -> dict[str, Any]:
         "gpus": part.gpus,
         "covered": part.covered,
         "evidence": [[e.ts_ms, e.node, e.gpu, e.kind.value, e.xid] for e in part.evidence],
+        "user": part.user,
+        "app_xids": part.app_xids,
+        "name": part.name,
     }
 
 
@@ -126,6 +129,10 @@ def decode_fleet_message(value: bytes) -> FleetMessage:
                 HardwareEvent(int(ts), node, gpu, IncidentKind(kind), None if xid is None else int(xid))
                 for ts, node, gpu, kind, xid in j["evidence"]
             ),
+            # Absent from a worker from before job-aware verdicts: no owner, no application XIDs.
+            user=str(j.get("user", "")),
+            app_xids=int(j.get("app_xids", 0)),
+            name=str(j.get("name", "")),
         )
         for j in doc["jobs"]
     ]

@@ -118,7 +118,27 @@ COMPACT_WIDTH = 120
 _SUMMARY_TAIL = re.compile(r",? \d+ evidence since \S+; \w+\.?$")
 
 
+def owner_of(incident: dict[str, Any]) -> str:
+    """The user an incident is addressed to (``job_app_errors``), else ""; the evidence may be a
+    dict (the incidents topic) or its JSON text (a store row).
+
+    >>> owner_of({"evidence": {"owner": "dbg"}}), owner_of({"evidence": '{"owner": "dbg"}'}), owner_of({})
+    ('dbg', 'dbg', '')
+    """
+    evidence = incident.get("evidence")
+    if isinstance(evidence, str):
+        try:
+            evidence = orjson.loads(evidence)
+        except orjson.JSONDecodeError:
+            return ""
+    owner = evidence.get("owner") if isinstance(evidence, dict) else None
+    return owner if isinstance(owner, str) else ""
+
+
 def _where(incident: dict[str, Any]) -> str:
+    owner = owner_of(incident)
+    if owner:  # addressed to a user, not a node: the node is only where it began
+        return f"user/{owner}"
     gpu = incident.get("gpu")
     return f"{incident.get('node', '?')}{'' if gpu in (None, '', -1) else f'/{gpu}'}"
 

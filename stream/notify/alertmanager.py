@@ -40,6 +40,8 @@ import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaConnectionError, KafkaError
 
+from stream.kafka.tail import owner_of
+
 __all__ = ["ALERTNAME", "AlertState", "NotifyError", "NotifyOptions", "notify", "run", "to_alert"]
 
 _log = logging.getLogger(__name__)
@@ -101,6 +103,8 @@ def to_alert(incident: dict[str, Any], now_ms: int, ttl_ms: int) -> dict[str, An
         "cluster": str(incident.get("cluster", "")),
         "node": str(incident.get("node", "")),
         "gpu": str(incident.get("gpu") or ""),
+        # A job_app_errors incident is addressed to its jobs' owner: a route can send it to them.
+        "owner": owner_of(incident),
     }
     annotations = {
         "summary": str(incident.get("summary", "")),

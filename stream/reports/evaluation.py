@@ -17,6 +17,12 @@ Precision counts incidents: an incident of a detector's kind that matches no tru
 kind is a false positive. Delays are detection time minus onset; lead time (degradations) is the
 failure time minus detection time.
 
+Job-aware verdicts (issue 19): the simulator's crash-looping users (``crash_loop_users`` in the
+truth) are no node's fault. :func:`score_job_aware` counts the lemon verdicts on nodes that are
+not lemons in the truth (false lemon verdicts per 1,000 node-days of the fleet, and how many of
+them are on nodes where a crash-looping user's jobs failed), and the ``job_app_errors``
+incidents: how many went to a crash-looping user (their owner), how many to anyone else.
+
 Censoring: a fault that began too close to the end of the simulated span to be observable as
 what it is (a degradation with less than a day of samples, a flapping link that had not yet
 spread past one GPU, a lemon with less than two days of history), or a lemon that had at most
@@ -49,6 +55,7 @@ __all__ = [
     "render_evaluation",
     "score_alerts",
     "score_detectors",
+    "score_job_aware",
 ]
 
 
@@ -426,6 +433,44 @@ def compare_with_baselines(
     return out
 
 
+def score_job_aware(
+    truth: Truth, incidents: Iterable[Mapping[str, Any]], crash_loop_nodes: Iterable[str]
+) -> dict[str, Any]:
+    """False lemon verdicts and the application-class incidents routed to job owners (pure).
+
+    Parameters
+    ----------
+    truth
+        The simulator's truth (lemon nodes, crash-looping users, span and fleet size).
+    incidents
+        Incident rows with ``incident_id``, ``kind``, ``node`` and ``owner`` (the
+        ``job_app_errors`` incident's addressee, empty for the other kinds).
+    crash_loop_nodes
+        Nodes where a crash-looping user's jobs failed.
+    """
+    rows = list(incidents)
+    lemons = set(truth.lemon_nodes)
+    crash_nodes = set(crash_loop_nodes)
+    false_lemons = {(i["incident_id"], i["node"]) for i in rows if i["kind"] == IncidentKind.LEMON_NODE}
+    false_lemons = {(iid, node) for iid, node in false_lemons if node not in lemons}
+    node_days = truth.config.nodes * (truth.span_end_ms - truth.span_start_ms) / DAY_MS
+    apps = {i["incident_id"]: i.get("owner", "") for i in rows if i["kind"] == IncidentKind.JOB_APP_ERRORS}
+    users = set(truth.crash_loop_users)
+    per_1000 = 1000 * len(false_lemons) / node_days if node_days else None
+    return {
+        "node_days": node_days,
+        "false_lemon_verdicts": len(false_lemons),
+        "false_lemon_verdicts_per_1000_node_days": per_1000,
+        "false_lemon_verdicts_on_crash_loop_nodes": sum(1 for _, node in false_lemons if node in crash_nodes),
+        "crash_loop_nodes": len(crash_nodes),
+        "crash_loop_nodes_that_are_lemons": len(crash_nodes & lemons),
+        "crash_loop_users": len(users),
+        "app_incidents": len(apps),
+        "app_incidents_to_owners": sum(1 for owner in apps.values() if owner in users),
+        "crash_loop_users_told": len(users & set(apps.values())),
+    }
+
+
 def evaluate_store(
     client: Client, settings: Settings, truth: Truth, baselines: bool = False
 ) -> dict[str, Any]:
@@ -435,12 +480,24 @@ def evaluate_store(
     db = settings.database
     incidents = query_rows(
         client,
-        f"""SELECT kind, severity, node, gpu, toUnixTimestamp64Milli(first_evidence) AS first_ms,
+        f"""SELECT incident_id, kind, severity, node, gpu, toUnixTimestamp64Milli(first_evidence) AS first_ms,
                toUnixTimestamp64Milli(last_evidence) AS last_ms,
-               toUnixTimestamp64Milli(detected) AS detected_ms
+               toUnixTimestamp64Milli(detected) AS detected_ms,
+               JSONExtractString(evidence, 'owner') AS owner
         FROM {db}.incidents FINAL""",
     )
     detectors = score_detectors(truth, incidents)
+    crash_nodes: list[str] = []
+    if truth.crash_loop_users:
+        crash_nodes = [
+            row["node"]
+            for row in query_rows(
+                client,
+                f"""SELECT DISTINCT arrayJoin(nodes) AS node FROM {db}.job_events
+                WHERE has({{users:Array(String)}}, user) AND state = 'FAILED'""",
+                {"users": list(truth.crash_loop_users)},
+            )
+        ]
     decided = {
         row["job_id"]: bool(row["hardware"])
         for row in query_rows(client, f"SELECT job_id, hardware FROM {db}.job_attributions FINAL")
@@ -504,6 +561,7 @@ def evaluate_store(
             "recall": len(flagged & lemon_truth) / len(lemon_truth) if lemon_truth else None,
             "healthy_flagged_share": len(flagged & healthy) / len(healthy) if healthy else None,
         },
+        "job_aware": score_job_aware(truth, incidents, crash_nodes),
         "failure_rate": {
             "measured_rf_per_1000_node_days": measured_rf,
             "true_rf_per_1000_node_days": true_rf,
@@ -550,6 +608,17 @@ def render_evaluation(result: Mapping[str, Any]) -> str:
         f"recall {_fmt(lemons['recall'])}, "
         f"healthy nodes flagged {_fmt(lemons['healthy_flagged_share'], '{:.2%}')}"
     )
+    aware = result.get("job_aware")
+    if aware is not None:
+        per_1000 = _fmt(aware["false_lemon_verdicts_per_1000_node_days"])
+        on_crash = aware["false_lemon_verdicts_on_crash_loop_nodes"]
+        lines.append(
+            f"job-aware: false lemon verdicts {per_1000} per 1000 node-days "
+            f"({aware['false_lemon_verdicts']}, {on_crash} on the {aware['crash_loop_nodes']} nodes "
+            "where crash-looping users' jobs failed); app-class incidents to job owners "
+            f"{aware['app_incidents_to_owners']} of {aware['app_incidents']} (crash-looping users told: "
+            f"{aware['crash_loop_users_told']} of {aware['crash_loop_users']})"
+        )
     rate = result["failure_rate"]
     lines.append(
         f"failure rate r_f: measured {_fmt(rate['measured_rf_per_1000_node_days'])} vs true "

@@ -113,6 +113,8 @@ class SimulationConfig:
     xid_storm_minutes_max: float = 180.0  # ... and at most
     nvlink_flapping_rate: float = 0.5  # flapping NVLink episodes per 1000 node-days
     dcgm_changed_only: bool = False  # write only DCGM series that changed since the last scrape
+    crash_loop_users: int = 0  # users whose jobs crash wherever they run (application XIDs, FAILED)
+    crash_loop_jobs_per_day: float = 24.0  # ... each submitting this many short single-node jobs a day
 
     def __post_init__(self) -> None:
         # Same value, same bytes: days=3 and days=3.0 must write the same truth.json. (The
@@ -160,6 +162,8 @@ class SimulationConfig:
                 f"ecc_degradation_shape must be one of {', '.join(DEGRADATION_SHAPES)}",
             ),
             (self.nvlink_flapping_rate >= 0, "nvlink_flapping_rate must be >= 0"),
+            (self.crash_loop_users >= 0, "crash_loop_users must be >= 0"),
+            (self.crash_loop_jobs_per_day >= 0, "crash_loop_jobs_per_day must be >= 0"),
             (self.cluster.strip() != "", "cluster must not be empty"),
         )
         for ok, message in checks:

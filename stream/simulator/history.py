@@ -76,6 +76,7 @@ from stream.simulator.planted import (
     plan_storms,
     storm_evidence,
 )
+from stream.simulator.planted.crashloop import add_crash_loops, crash_loop_user_names
 from stream.simulator.scheduler import Cluster
 from stream.simulator.workload import JobRecord, draw_demand, mean_node_ms
 
@@ -108,6 +109,8 @@ class ClusterHistory:
         Flapping NVLink episodes, in onset order.
     maintenance
         Maintenance reboots, in time order.
+    crash_loop_users
+        Users whose jobs crash wherever they run (:mod:`stream.simulator.planted.crashloop`).
     """
 
     config: SimulationConfig
@@ -122,6 +125,7 @@ class ClusterHistory:
     storms: tuple[StormRecord, ...] = ()
     flaps: tuple[FlapRecord, ...] = ()
     maintenance: tuple[MaintenanceRecord, ...] = ()
+    crash_loop_users: tuple[str, ...] = ()
 
     @property
     def exposure_node_days(self) -> float:
@@ -170,6 +174,10 @@ def run_model(config: SimulationConfig) -> ClusterHistory:
     count = int(rng_jobs.poisson(rate_per_ms * span))
     arrivals = np.sort(rng_jobs.integers(0, span // SECOND_MS, size=count)) * SECOND_MS + start
     demand = draw_demand(rng_jobs, count, config)
+    # Its own stream (the 17th child of the seed), so that a cluster without crash-looping users
+    # draws exactly what it drew before they existed.
+    rng_crash = np.random.Generator(np.random.PCG64(np.random.SeedSequence(config.seed).spawn(17)[16]))
+    arrivals, demand = add_crash_loops(config, arrivals, demand, rng_crash)
 
     # Critical faults: per node Poisson over wall time, lemons' extra faults, and the failures of
     # degrading GPUs; together hardware_failure_rate cluster-wide.
@@ -220,6 +228,7 @@ def run_model(config: SimulationConfig) -> ClusterHistory:
         rng_noise,
         planted=[*storm_xids, *flap_xids, *lemon_xids(config, lemons, jobs, rng_lemon_xids)],
         maintenance=maintenance,
+        crash_loop_users=frozenset(crash_loop_user_names(config)),
     )
     exposure = sum(
         len(job.nodes)
@@ -239,6 +248,7 @@ def run_model(config: SimulationConfig) -> ClusterHistory:
         storms=storms,
         flaps=flaps,
         maintenance=maintenance,
+        crash_loop_users=crash_loop_user_names(config),
     )
 
 

@@ -21,6 +21,7 @@ from schemas.timeutil import MINUTE_MS
 from stream.simulator.config import SECOND_MS, SimulationConfig
 from stream.simulator.events import KernelLine, KernelLineKind, XidRecord, job_pid, line_us
 from stream.simulator.faults import FaultRecord
+from stream.simulator.planted.crashloop import CRASH_LOOP_XIDS
 from stream.simulator.planted.noise import MaintenanceRecord
 from stream.simulator.workload import JobRecord
 
@@ -67,6 +68,7 @@ def kernel_events(
     *,
     planted: list[XidRecord],
     maintenance: tuple[MaintenanceRecord, ...],
+    crash_loop_users: frozenset[str] = frozenset(),
 ) -> tuple[tuple[XidRecord, ...], tuple[KernelLine, ...]]:
     """XID lines of faults and jobs, boot lines of repairs and maintenance, and kernel noise.
 
@@ -90,6 +92,9 @@ def kernel_events(
         XID lines of the planted faults, merged in as they are.
     maintenance
         Maintenance reboots, each followed by boot lines.
+    crash_loop_users
+        Users whose jobs crash wherever they run: each of their FAILED jobs dies with
+        application XIDs (:data:`~stream.simulator.planted.crashloop.CRASH_LOOP_XIDS`).
 
     Returns
     -------
@@ -145,6 +150,8 @@ def kernel_events(
         elif job.state is JobState.COMPLETED:
             if draw < config.app_xid_healthy_probability:
                 _transient(job, job.end_ms, used, rng, xids)
+        elif job.user in crash_loop_users and job.state is JobState.FAILED:
+            _failure_burst(job, _pick(rng, CRASH_LOOP_XIDS), used, rng, xids)
         else:
             probability = _APP_XID_STATE_PROBABILITY.get(job.state, config.app_xid_failed_probability)
             if draw < probability:

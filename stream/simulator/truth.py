@@ -2,8 +2,10 @@
 
 The file holds the configuration, the span, the true failure rate and its parts (exposure,
 hardware-attributed job failures), every planted fault, every job that did not complete, the
-XID counts of ``kernel.log``, the lemon nodes and the maintenance reboots. Times are ISO 8601
-UTC strings (:func:`schemas.timeutil.format_ts`).
+XID counts of ``kernel.log``, the lemon nodes, the maintenance reboots and the crash-looping
+users (``crash_loop_users``: users whose jobs crash wherever they run, no node's fault; see
+:mod:`stream.simulator.planted.crashloop`). Times are ISO 8601 UTC strings
+(:func:`schemas.timeutil.format_ts`).
 
 The ``faults`` list, ordered by onset then ``fault_id``, holds every kind (see
 :mod:`stream.simulator.planted`); each fault has ``fault_id``, ``kind``, ``node``, ``onset``,
@@ -261,6 +263,9 @@ class Truth:
         Names of the lemon nodes (also ``lemon_node`` faults); the others are healthy.
     maintenance
         Maintenance reboots, in time order.
+    crash_loop_users
+        Users whose jobs crash wherever they run (not a fault of any node): an incident should
+        be addressed to each, and no node judged for their failures.
     """
 
     config: SimulationConfig
@@ -277,6 +282,7 @@ class Truth:
     xid_counts: Mapping[int, int]
     lemon_nodes: tuple[str, ...] = ()
     maintenance: tuple[MaintenanceTruth, ...] = ()
+    crash_loop_users: tuple[str, ...] = ()
 
     @property
     def healthy_nodes(self) -> tuple[str, ...]:
@@ -300,6 +306,7 @@ class Truth:
             "xid_counts": {str(code): count for code, count in sorted(self.xid_counts.items())},
             "lemon_nodes": list(self.lemon_nodes),
             "maintenance": [item.to_dict() for item in self.maintenance],
+            "crash_loop_users": list(self.crash_loop_users),
         }
 
     @classmethod
@@ -322,6 +329,7 @@ class Truth:
             xid_counts={int(code): int(count) for code, count in data["xid_counts"].items()},
             lemon_nodes=tuple(data.get("lemon_nodes") or ()),
             maintenance=tuple(MaintenanceTruth.from_dict(item) for item in data.get("maintenance") or ()),
+            crash_loop_users=tuple(data.get("crash_loop_users") or ()),
         )
 
     def write(self, path: Path) -> None:
@@ -504,4 +512,5 @@ def build_truth(history: ClusterHistory) -> Truth:
         xid_counts=dict(sorted(Counter(record.xid for record in history.xids).items())),
         lemon_nodes=tuple(names[node] for node in history.lemon_nodes),
         maintenance=tuple(MaintenanceTruth(names[item.node], item.ts_ms) for item in history.maintenance),
+        crash_loop_users=history.crash_loop_users,
     )

@@ -36,6 +36,7 @@ __all__ = [
     "draw_demand",
     "jobs_by_node",
     "mean_node_ms",
+    "user_count",
 ]
 
 
@@ -214,7 +215,7 @@ class Demand:
     cancel_kind: npt.NDArray[np.float64]
 
 
-def _user_count(config: SimulationConfig) -> int:
+def user_count(config: SimulationConfig) -> int:
     """Number of users of the cluster: one per eight nodes, at least eight."""
     return max(8, config.nodes // 8)
 
@@ -268,7 +269,7 @@ def draw_demand(rng: np.random.Generator, count: int, config: SimulationConfig) 
     outcome = np.where(hit_limit, JobOutcome.TIMEOUT, outcome)
     runtime_ms = np.maximum(np.rint(hours * 3600.0), 30).astype(np.int64) * SECOND_MS
 
-    users = _user_count(config)
+    users = user_count(config)
     popularity = 1.0 / np.arange(1, users + 1)
     exit_weights = np.array([weight for _, weight in FAILED_EXIT_CODES])
     return Demand(

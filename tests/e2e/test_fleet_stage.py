@@ -1,6 +1,7 @@
 """Results that do not depend on the partitioning, on the real broker (SPEC 5, issue 12).
 
-A simulated cluster with lemon nodes and XID storms, published to 4 and to 8 partitions and
+A simulated cluster with lemon nodes, XID storms and a user whose jobs crash wherever they run
+(job-aware verdicts: the owner's incident and what the lemon statistics count), published to 4 and to 8 partitions and
 worked by one, two or three workers (one of them joining mid-stream), must give the incidents,
 job attributions and MTTF rows of the embedded replay of the same files: the lemon verdicts, the
 storm baseline and the attribution of jobs spanning partitions are the fleet stage's, which sees
@@ -24,11 +25,12 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, list[dict]], str]:
-    """A simulated 60-node cluster, 20 days, and what the embedded replay makes of it."""
+    """A simulated 60-node cluster, 20 days, with a crash-looping user, and what the embedded replay
+    makes of it."""
     folder = tmp_path_factory.mktemp("fleet")
     sim = folder / "sim"
-    cli({}, "simulate", "--nodes", "60", "--days", "20", "--seed", "21", "--ecc-interval-minutes", "720",
-        "--out", str(sim))  # fmt: skip
+    cli({}, "simulate", "--nodes", "60", "--days", "20", "--seed", "29", "--ecc-interval-minutes", "720",
+        "--crash-loop-users", "1", "--out", str(sim))  # fmt: skip
     store = folder / "embedded"
     cli({}, "replay", str(sim / "kernel.log"), str(sim / "sacct.txt"), str(sim / "dcgm.prom"),
         "--clickhouse", f"chdb://{store}", "--no-progress")  # fmt: skip
@@ -36,6 +38,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, l
     expected = results([store], last["t"])
     lemons = query(store, "SELECT DISTINCT node FROM faultstream.incidents FINAL WHERE kind = 'lemon_node'")
     assert lemons, "the simulated cluster has no lemon verdict: nothing fleet-wide would be compared"
+    owners = query(store, "SELECT DISTINCT JSONExtractString(evidence, 'owner') AS owner FROM faultstream.incidents "
+                   "FINAL WHERE kind = 'job_app_errors'")  # fmt: skip
+    assert owners == [{"owner": "user009"}], (
+        "the crash-looping user's incident is what job-aware verdicts compare"
+    )
     return sim, expected, last["t"]
 
 

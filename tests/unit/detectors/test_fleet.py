@@ -188,12 +188,15 @@ def partitioned(records: list[Record], partitions: int, seed: int) -> Outcome:
 
 @pytest.fixture(scope="module")
 def clusters(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Record]]:
-    """The bundled example and three simulated clusters (60 to 400 nodes; one with under a week of
-    history)."""
+    """The bundled example and four simulated clusters (32 to 400 nodes; two with under a week of
+    history; one with a user whose jobs crash wherever they run: job-aware verdicts are fleet-wide
+    too)."""
     found = {"example": records_of(EXAMPLE)}
     for name, sim in {
         "60 nodes x 20 days": SimulationConfig(nodes=60, days=20, seed=11, ecc_interval_minutes=720),
-        "120 nodes x 5 days": SimulationConfig(nodes=120, days=5, seed=12, ecc_interval_minutes=720),
+        "120 nodes x 5 days": SimulationConfig(
+            nodes=120, days=5, seed=12, ecc_interval_minutes=720, crash_loop_users=1
+        ),
         "400 nodes x 10 days": SimulationConfig(nodes=400, days=10, seed=13, ecc_interval_minutes=1440),
         # The matrix's short-history lemon cell: verdicts from 2 days on, every 6 hours.
         "32 nodes x 7 days": cell_config(cells_named(("lemon-many-32n-7d",))[0], seed=TUNING_SEEDS[0]),
@@ -228,6 +231,15 @@ def test_the_simulated_clusters_have_lemons_storms_and_cross_partition_jobs(
     assert IncidentKind.LEMON_NODE in kinds
     kinds = {i.kind for i in embedded(clusters["400 nodes x 10 days"]).incidents.values()}
     assert {IncidentKind.LEMON_NODE, IncidentKind.XID_STORM} <= kinds
+    crash_loops = [
+        i
+        for i in embedded(clusters["120 nodes x 5 days"]).incidents.values()
+        if i.kind is IncidentKind.JOB_APP_ERRORS
+    ]
+    assert [i.evidence["owner"] for i in crash_loops] == [
+        "user016"
+    ]  # the crash-looping user, after 15 regular
+    assert len(crash_loops[0].evidence["nodes"]) > 1
     assert any(
         isinstance(r, JobEvent) and len({partition_of(n, 4) for n in r.nodes}) > 1
         for r in clusters["60 nodes x 20 days"]

@@ -194,3 +194,14 @@ def test_colour_auto_needs_a_terminal_and_no_NO_COLOR() -> None:
     assert not want_colour("auto", Terminal(), environ=["NO_COLOR"])
     assert not want_colour("auto", io.StringIO(), environ=[])
     assert want_colour("always", io.StringIO(), environ=["NO_COLOR"])
+
+
+def test_an_incident_addressed_to_a_user_shows_the_user_not_a_node() -> None:
+    crash_loop = incident(
+        kind="job_app_errors", severity="warn", gpu="", evidence={"owner": "dbg", "nodes": ["node0007", "node0009"]},
+        summary="[warn] Application errors follow user dbg's jobs: most of their runs fail with application XIDs "
+        "on 2 node(s), 9 evidence since 2024-01-03T10:00:00.000Z; open. Action: tell user dbg",
+    )  # fmt: skip
+    line = format_line(crash_loop, colour=False)
+    assert "user/dbg" in line and "node0007" not in line
+    assert "node0007" in format_line(incident(), colour=False)

@@ -57,3 +57,13 @@ def test_a_raised_severity_resolves_the_alert_under_the_old_labels() -> None:
     assert new["labels"]["severity"] == "critical" and new["endsAt"] > old["endsAt"]
     [again] = state.alerts([incident(6, severity="critical")], NOW, 60_000)  # same labels: one alert
     assert again["labels"] == new["labels"]
+
+
+def test_an_incident_addressed_to_a_user_carries_an_owner_label_to_route_on() -> None:
+    crash_loop = {
+        **incident(4, severity="warn", gpu=""),
+        "kind": "job_app_errors",
+        "evidence": {"owner": "dbg"},
+    }
+    assert to_alert(crash_loop, NOW, 60_000)["labels"]["owner"] == "dbg"
+    assert "owner" not in to_alert(incident(4), NOW, 60_000)["labels"]

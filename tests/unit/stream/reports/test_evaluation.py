@@ -83,3 +83,47 @@ def test_faults_too_close_to_the_end_are_censored_not_missed():
     scores = by_name(score_detectors(truth(late, unspread), []))
     assert (scores["ECC trend"].truth, scores["ECC trend"].censored) == (0, ("deg-2",))
     assert (scores["NVLink flapping"].truth, scores["NVLink flapping"].censored) == (0, ("flap-1",))
+
+
+def test_job_aware_scores_count_false_lemons_and_incidents_routed_to_owners():
+    from dataclasses import replace
+
+    from stream.reports.evaluation import render_evaluation, score_job_aware
+
+    planted = replace(truth(), lemon_nodes=("n1",), crash_loop_users=("user009",))
+    rows = [
+        {"incident_id": "a", "kind": "lemon_node", "node": "n1", "owner": ""},  # a true lemon
+        {"incident_id": "b", "kind": "lemon_node", "node": "n2", "owner": ""},  # false, where user009 crashed
+        {"incident_id": "b", "kind": "lemon_node", "node": "n2", "owner": ""},  # the same verdict again
+        {"incident_id": "c", "kind": "lemon_node", "node": "n3", "owner": ""},  # false
+        {"incident_id": "d", "kind": "job_app_errors", "node": "n2", "owner": "user009"},
+        {"incident_id": "e", "kind": "job_app_errors", "node": "n4", "owner": "user003"},
+    ]
+    scores = score_job_aware(planted, rows, crash_loop_nodes=["n1", "n2"])
+    assert scores["node_days"] == 8  # 4 nodes x 2 days
+    assert scores["false_lemon_verdicts"] == 2
+    assert scores["false_lemon_verdicts_per_1000_node_days"] == 250
+    assert scores["false_lemon_verdicts_on_crash_loop_nodes"] == 1
+    assert scores["crash_loop_nodes_that_are_lemons"] == 1
+    assert (scores["app_incidents"], scores["app_incidents_to_owners"], scores["crash_loop_users_told"]) == (
+        2,
+        1,
+        1,
+    )
+    text = render_evaluation(
+        {
+            "detectors": [],
+            "attribution": {"accuracy": None, "failed_jobs": 0, "hardware_true": 0, "hardware_decided": 0},
+            "lemon_nodes": {"flagged": 2, "truth": 1, "recall": 1.0, "healthy_flagged_share": 0.5},
+            "job_aware": scores,
+            "failure_rate": {
+                "measured_rf_per_1000_node_days": None,
+                "true_rf_per_1000_node_days": 0.0,
+                "relative_error": None,
+                "measured_node_days": 0.0,
+                "true_node_days": 1.0,
+            },
+        }
+    )
+    assert "false lemon verdicts 250.000 per 1000 node-days (2, 1 on the 2 nodes" in text
+    assert "app-class incidents to job owners 1 of 2 (crash-looping users told: 1 of 1)" in text

@@ -39,6 +39,7 @@ def test_truth_json_has_the_documented_keys(tmp_path: Path) -> None:
         "xid_counts",
         "lemon_nodes",
         "maintenance",
+        "crash_loop_users",
     ]
     assert data["span"] == {"start": "2024-01-01T00:00:00.000Z", "end": "2024-01-04T00:00:00.000Z"}
     common = {"fault_id", "kind", "node", "gpu", "pci_bus_id", "xid", "xids", "onset", "job_id", "repaired"}

@@ -1,0 +1,37 @@
+"""The fleet topic's messages carry what job-aware verdicts need, and read those of older workers."""
+
+from __future__ import annotations
+
+import orjson
+
+from detectors.attribution import HardwareEvent
+from detectors.fleet import APP_XID, RUN, FleetFact, JobPart
+from schemas.outputs import IncidentKind
+from schemas.records import JobState
+from stream.kafka.fleet import decode_fleet_message, encode_fleet_messages
+
+
+def part(**fields: object) -> JobPart:
+    base: dict[str, object] = {
+        "cluster": "c", "job_id": "7", "start_ms": 0, "end_ms": 60_000, "state": JobState.FAILED,
+        "nodes": ("n1", "n2"), "gpus": 16, "covered": ("n1",),
+        "evidence": (HardwareEvent(50_000, "n1", "0000:07:00", IncidentKind.GPU_BUS, 79),),
+    }  # fmt: skip
+    base.update(fields)
+    return JobPart(**base)  # type: ignore[arg-type]
+
+
+def test_facts_and_parts_round_trip_with_the_owner_and_the_application_xids() -> None:
+    facts = [FleetFact(1, RUN, "n1", "dbg", "7", 1), FleetFact(2, APP_XID, "n1", "dbg", "7", 13)]
+    jobs = [part(user="dbg", app_xids=3, name="debug")]
+    [message] = [decode_fleet_message(m) for m in encode_fleet_messages(0, 5, facts, jobs)]
+    assert message.facts == facts and message.jobs == jobs and message.horizon_ms == 5
+
+
+def test_a_part_from_a_worker_before_job_aware_verdicts_has_no_owner() -> None:
+    [raw] = encode_fleet_messages(0, 5, [], [part()])
+    doc = orjson.loads(raw)
+    for job in doc["jobs"]:
+        del job["user"], job["app_xids"], job["name"]
+    [job] = decode_fleet_message(orjson.dumps(doc)).jobs
+    assert (job.user, job.app_xids, job.name) == ("", 0, "") and job.evidence == part().evidence
