@@ -244,12 +244,16 @@ class FleetCore:
         self._user_runs: dict[str, deque[int]] = {}
         self._user_app_failures: dict[str, deque[tuple[int, str, str]]] = {}
         self._owner_reported: dict[str, int] = {}  # user -> their last failure reported
+        #: Per user, the lemon signals their application evidence added before their errors were
+        #: seen to follow them: (signal, node, event time, job id), taken back once they are.
+        self._user_counted: dict[str, list[tuple[str, str, int, str]]] = {}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Unpickle, also a checkpoint from before job-aware verdicts: their state starts empty."""
         state.setdefault("_user_runs", {})
         state.setdefault("_user_app_failures", {})
         state.setdefault("_owner_reported", {})
+        state.setdefault("_user_counted", {})
         self.__dict__.update(state)
 
     # -- input ---------------------------------------------------------------------------------
@@ -384,17 +388,24 @@ class FleetCore:
         elif fact.kind == FAILED_JOB:
             if fact.value == FAILED_APPLICATION and fact.name:
                 self._app_failure(fact)
-            if fact.value == FAILED_HARDWARE or not self._follows_user(fact.name, fact.ts_ms):
+            follows = self._follows_user(fact.name, fact.ts_ms)
+            if fact.value == FAILED_HARDWARE:
                 self._lemons.record_failed_job(fact.node, fact.key, fact.ts_ms)
+            elif not follows and self._lemons.record_failed_job(fact.node, fact.key, fact.ts_ms):
+                self._counted(fact.name, "failed_jobs", fact.node, fact.ts_ms, fact.key)
+            if follows and fact.value == FAILED_APPLICATION:
+                self._take_back(fact.name)
         elif fact.kind == APP_XID:
-            if not self._follows_user(fact.name, fact.ts_ms):
-                self._lemons.record_xid(fact.node, fact.ts_ms)
+            follows = self._follows_user(fact.name, fact.ts_ms)
+            if not follows and self._lemons.record_xid(fact.node, fact.ts_ms):
+                self._counted(fact.name, "xid_days", fact.node, fact.ts_ms, "")
         elif fact.kind == RUN:
             if fact.value and fact.name:
                 self._user_runs.setdefault(fact.name, deque()).append(fact.ts_ms)
                 self._expire_user(fact.name, fact.ts_ms)
             if not self._follows_user(fact.name, fact.ts_ms):
                 self._lemons.record(fact.node, "job_runs", fact.ts_ms)
+                self._counted(fact.name, "job_runs", fact.node, fact.ts_ms, "")
         elif fact.kind == PEAK:
             bisect.insort(self._peaks, fact.value)
 
@@ -410,6 +421,23 @@ class FleetCore:
         failures = len(self._user_app_failures[user])
         runs = max(len(self._user_runs.get(user, ())), failures)
         return failures >= self.config.owner_min_failures and failures >= self.config.owner_min_share * runs
+
+    def _counted(self, user: str, signal: str, node: str, ts_ms: int, job_id: str) -> None:
+        """Remember a lemon signal a user's application evidence added (for :meth:`_take_back`)."""
+        if not user:
+            return
+        counted = self._user_counted.setdefault(user, [])
+        since = ts_ms - self.config.owner_window_ms
+        while counted and counted[0][2] <= since:  # older than the window that could flag the user
+            counted.pop(0)
+        counted.append((signal, node, ts_ms, job_id))
+
+    def _take_back(self, user: str) -> None:
+        """The user's errors follow them: what their application evidence of the window that showed
+        it added to their nodes' lemon signals is theirs, not the nodes' (the first failures were
+        counted before the pattern could be seen; a lemon verdict in between would blame a node)."""
+        for signal, node, ts_ms, job_id in self._user_counted.pop(user, ()):
+            self._lemons.forget(node, signal, ts_ms, job_id)
 
     def _expire_user(self, user: str, now_ms: int) -> None:
         since = now_ms - self.config.owner_window_ms

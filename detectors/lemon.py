@@ -138,7 +138,7 @@ class LemonTracker:
     ...     tracker.see_node(f"n{n}", 0)
     >>> for day in range(4):                      # a fault every day on n7
     ...     tracker.record("n7", "hw_incidents", day * DAY_MS)
-    ...     tracker.record_failed_job("n7", f"j{day}", day * DAY_MS)
+    ...     _ = tracker.record_failed_job("n7", f"j{day}", day * DAY_MS)
     >>> tracker.record("n3", "hw_incidents", 0)   # one fault on n3: bad luck, not a lemon
     >>> [v.node for v in tracker.evaluate(5 * DAY_MS)]
     ['n7']
@@ -181,20 +181,45 @@ class LemonTracker:
             return  # the same fault episode
         times.append(ts_ms)
 
-    def record_xid(self, node: str, ts_ms: int) -> None:
-        """An XID on ``node``: counted once per day (``xid_days``)."""
+    def record_xid(self, node: str, ts_ms: int) -> bool:
+        """An XID on ``node``: counted once per day (``xid_days``); whether it opened its day."""
         state = self._node(node, ts_ms)
         day = ts_ms - ts_ms % DAY_MS
         days = state.signals["xid_days"]
         if not days or days[-1] < day:
             days.append(day)
+            return True
+        return False
 
-    def record_failed_job(self, node: str, job_id: str, ts_ms: int) -> None:
-        """A failed job ran on ``node``; counted once per job and node."""
+    def record_failed_job(self, node: str, job_id: str, ts_ms: int) -> bool:
+        """A failed job ran on ``node``; counted once per job and node (whether it was counted now)."""
         state = self._node(node, ts_ms)
         if not any(job == job_id for _, job in state.failed):
             state.failed.append((ts_ms, job_id))
             state.signals["failed_jobs"].append(ts_ms)
+            return True
+        return False
+
+    def forget(self, node: str, signal: str, ts_ms: int, job_id: str = "") -> None:
+        """Take back one signal :meth:`record`, :meth:`record_xid` or :meth:`record_failed_job`
+        counted (nothing if the window has dropped it already).
+
+        >>> tracker = LemonTracker(LemonConfig())
+        >>> tracker.record_failed_job("n1", "7", 1_000)
+        True
+        >>> tracker.forget("n1", "failed_jobs", 1_000, "7")
+        >>> tracker.record_failed_job("n1", "7", 1_000)  # counted afresh: it was taken back
+        True
+        """
+        state = self._nodes.get(node)
+        if state is None:
+            return
+        times = state.signals[signal]
+        value = ts_ms - ts_ms % DAY_MS if signal == "xid_days" else ts_ms
+        if value in times:
+            times.remove(value)
+        if signal == "failed_jobs" and (ts_ms, job_id) in state.failed:
+            state.failed.remove((ts_ms, job_id))
 
     def _expire(self, now_ms: int) -> None:
         start = now_ms - self.config.window_ms
