@@ -108,6 +108,12 @@ def build_app(settings: Settings, security: KafkaSecurity | None = None) -> faus
         # found in cluster metadata" on each healthy start.
         topic_disable_leader=True,
         broker_commit_every=1000,
+        # Failover in seconds (docs/kafka.md#failover): a killed member's partitions wait for its
+        # session to time out (Faust's 60 s default made 8 of a 9-minute kill test idle), unless a
+        # replacement with its static instance id takes them back at once.
+        broker_session_timeout=settings.worker_session_timeout_seconds,
+        broker_heartbeat_interval=settings.worker_session_timeout_seconds / 3,
+        consumer_group_instance_id=settings.worker_instance_id or None,
         # Nothing is acked to Faust (the worker commits its own offsets); a rebalance must not wait
         # for them (the partition's next owner redoes them from its checkpoint).
         stream_wait_empty=False,

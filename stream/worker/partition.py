@@ -24,6 +24,7 @@ from stream.settings import Settings
 from stream.sinks.dead_letters import DeadLetterProducer
 from stream.worker.checkpoints import PartitionCheckpoint
 from stream.worker.merge import EventTimeMerger
+from stream.worker.rekeying import CopiesApplied
 
 __all__ = ["PartitionWorker"]
 
@@ -60,6 +61,11 @@ class PartitionWorker:
     #: Partition 0 only: the fleet stage it runs, and the next offset of the fleet topic to read.
     fleet: FleetCore | None = None
     fleet_offset: int = 0
+    #: The re-keyed job copies applied, by source offset: a copy sent again is skipped.
+    copies: CopiesApplied = field(default_factory=CopiesApplied)
+    #: The consumer group generation in which this worker took the partition (its checkpoints
+    #: carry it: a stale owner's cannot replace a newer owner's).
+    generation: int = -1
 
     @classmethod
     def start(
@@ -93,6 +99,8 @@ class PartitionWorker:
                 merger.add(source, ts_ms, record)
             state = cls(partition, pipeline, merger, dict(checkpoint.offsets))
             state.fleet, state.fleet_offset = checkpoint.fleet, checkpoint.fleet_offset
+            # A checkpoint of format 3 written before copies carried their source has no record.
+            state.copies = CopiesApplied(dict(getattr(checkpoint, "copies", None) or {}))
         if partition == 0 and state.fleet is None:
             state.fleet = FleetCore(settings.core_config().fleet_config(), settings.topic_partitions)
         return state
@@ -105,7 +113,14 @@ class PartitionWorker:
     def checkpoint(self) -> PartitionCheckpoint:
         """What a worker taking over this partition needs (only valid at a commit point)."""
         return PartitionCheckpoint(
-            self.partition, dict(self.applied), self.core, self.merger.held(), self.fleet, self.fleet_offset
+            self.partition,
+            dict(self.applied),
+            self.core,
+            self.merger.held(),
+            self.fleet,
+            self.fleet_offset,
+            dict(self.copies.highest),
+            self.generation,
         )
 
     def process_released(self) -> int:
