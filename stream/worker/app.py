@@ -175,16 +175,24 @@ def build_app(settings: Settings, security: KafkaSecurity | None = None) -> faus
     # Often enough for both the commit points and the early publication of incident updates.
     publish_every = settings.worker_publish_seconds or settings.worker_flush_seconds
 
-    @app.timer(interval=max(min(settings.worker_flush_seconds / 2, publish_every), 0.1))
+    interval = max(min(settings.worker_flush_seconds / 2, publish_every), 0.1)
+
+    @app.task
     async def tick() -> None:
-        await runtime.refresh()  # broker requests, without holding the agent up
-        async with runtime.lock:
-            try:
-                await runtime.tick()
-            except WorkerStalled as exc:
-                # Crash-only: a restart reads everything since the last commit point again.
-                _log.error("stopping the worker so that it is restarted: %s", exc)
-                await app.crash(exc)
+        # A loop, not Faust's app.timer: a tick waits for the agent's lock and for the broker's
+        # answers, under load often longer than the interval, and the timer then logged "Timer ...
+        # tick is overlapping" again and again on healthy workers; here the next tick starts later.
+        while not app.should_stop:
+            await app.sleep(interval)
+            await runtime.refresh()  # broker requests, without holding the agent up
+            async with runtime.lock:
+                try:
+                    await runtime.tick()
+                except WorkerStalled as exc:
+                    # Crash-only: a restart reads everything since the last commit point again.
+                    _log.error("stopping the worker so that it is restarted: %s", exc)
+                    await app.crash(exc)
+                    return
 
     @app.on_partitions_revoked.connect
     async def forget_revoked(_app: Any, revoked: set[Any], **_: Any) -> None:

@@ -310,6 +310,9 @@ class WorkerRuntime:
             )  # fmt: skip
             self._warn_takeover_gap(number, checkpoint.offsets)
         state.generation = self.app.consumer_generation_id
+        # The first commit point of a partition taken over comes with its first message, not a
+        # flush interval later: the group sees at once that the partition moves again.
+        state.last_commit = 0.0
         state.learn_baselines(self.baselines)
         self._idle_announced.discard(number)
         self.partitions[number] = state
