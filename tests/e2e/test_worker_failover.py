@@ -19,6 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
+import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -30,7 +34,7 @@ from stream.kafka.codec import decode_record, message_lines, partition_for_key
 from stream.worker.rekeying import CopiesApplied, copy_source
 from tests.services import kafka
 from tests.services.failover import KillRun, kill_during_replay
-from tests.services.worker import assert_same_results, cli, query, results, wait_until_caught_up
+from tests.services.worker import ROOT, Worker, assert_same_results, cli, query, results, wait_until_caught_up
 
 pytestmark = pytest.mark.e2e
 
@@ -149,4 +153,47 @@ def test_five_sigkills_during_a_replay_change_nothing(
         log = worker.log()
         assert "[ERROR]" not in log, f"{worker.log_path}: an ERROR line:\n{log[-3000:]}"
         assert "is overlapping" not in log, f"{worker.log_path}: Faust's timer overlapped"
+    kafka.delete_deployment_topics(env)
+
+
+def test_three_workers_one_leaving_mid_replay_change_nothing(
+    bootstrap: str, tmp_path: Path, cluster: tuple[list[Path], dict[str, list[dict]], str]
+) -> None:
+    """Three workers (dynamic membership) share 4 partitions; one stops cleanly (SIGTERM) in the
+    middle of the replay, leaves the group, and the other two take its partitions over from their
+    checkpoints."""
+    inputs, expected, before = cluster
+    prefix = f"leave{uuid.uuid4().hex[:6]}"
+    env = kafka.deployment_env(bootstrap, prefix, PARTITIONS, FAULTSTREAM_DATA_DIR=str(tmp_path / "data"))
+    cli(env, "init-kafka")
+    members = [Worker(env, tmp_path / f"store{n}", tmp_path / f"worker{n}.log") for n in range(3)]
+    publisher = None
+    try:
+        deadline = time.monotonic() + 120
+        while not all(m.metric("faultstream_commits_total", before_start=-1) >= 0 for m in members):
+            assert time.monotonic() < deadline, "the workers did not start in 120 s"
+            time.sleep(0.5)
+        time.sleep(3)
+        publisher = subprocess.Popen(
+            [sys.executable, "-m", "stream.cli", "replay", *map(str, inputs), "--to",
+             f"kafka://{bootstrap}", "--rate", "400", "--no-progress"],
+            env={**os.environ, **env}, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        deadline = time.monotonic() + 120
+        while members[2].metric("faultstream_commits_total") < 3:  # it has work of its own
+            assert time.monotonic() < deadline and publisher.poll() is None, "the third worker did no work"
+            time.sleep(0.5)
+        members[2].stop()
+        assert publisher.poll() is None, "the replay ended before the worker left: nothing was tested"
+        assert publisher.wait(timeout=600) == 0
+        wait_until_caught_up(env, members[:2], timeout=420)
+    finally:
+        if publisher is not None and publisher.poll() is None:
+            publisher.kill()
+        for member in members:
+            member.stop()
+    assert query(members[2].store, "SELECT count() AS n FROM faultstream.ecc_samples")[0]["n"] > 0
+    stores = [m.store for m in members]
+    assert_same_results(results(stores, before), {k: v for k, v in expected.items() if k != "dead_letters"})
+    assert dead_letters(stores) == expected["dead_letters"]
     kafka.delete_deployment_topics(env)

@@ -102,6 +102,14 @@ def _resume_seconds(watch: GroupWatch, started: float, patience: float) -> float
     return time.monotonic() - started
 
 
+def _wait_until_up(worker: Worker, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while worker.metric("faultstream_commits_total", before_start=-1) < 0:
+        worker.assert_alive()
+        assert time.monotonic() < deadline, f"{worker.log_path.name} did not start in {timeout:.0f} s"
+        time.sleep(0.3)
+
+
 def kill_during_replay(
     run: KillRun,
     env: dict[str, str],
@@ -113,6 +121,7 @@ def kill_during_replay(
     rate: int = 400,
     seed: int = 17,
     patience: float = 60.0,
+    static: bool = True,
 ) -> None:
     """Publish ``inputs`` at ``rate`` records/s while ``workers`` workers run, killing one ``kills``
     times (see the module's docstring), into ``run``. The caller stops ``run.alive`` in any case
@@ -123,7 +132,7 @@ def kill_during_replay(
     def start(instance: str) -> Worker:
         number = next(serial)
         worker = Worker(
-            {**env, "FAULTSTREAM_WORKER_INSTANCE_ID": instance},
+            {**env, "FAULTSTREAM_WORKER_INSTANCE_ID": instance if static else ""},
             folder / f"store-{instance}-{number}",
             folder / f"worker-{instance}-{number}.log",
         )
@@ -161,6 +170,9 @@ def kill_during_replay(
             run.alive[kill % workers] = replacement
             run.resumes.append((name, _resume_seconds(watch, started, patience)))
             run.events.append((time.time(), f"resumed after {run.resumes[-1][1]} s"))
+            # The next kill comes once the replacement runs (on a loaded machine the others can
+            # take its partitions first, when its start outlasts the session timeout).
+            _wait_until_up(replacement)
         assert publisher.wait(timeout=600) == 0, (folder / "publisher.log").read_text()[-2000:]
     finally:
         if publisher is not None and publisher.poll() is None:
