@@ -3,11 +3,12 @@ commit again.
 
     tests/services/kafka/start.sh /tmp/kafka          # prints KAFKA_BOOTSTRAP=127.0.0.1:PORT
     python tests/soak/failover.py --kafka 127.0.0.1:PORT                     # 2 workers, 4 partitions, 8 kills
-    python tests/soak/failover.py --kafka HOST:PORT --workers 3 --partitions 8 --kills 10 --rate 300
+    python tests/soak/failover.py --kafka HOST:PORT --workers 3 --partitions 8 --kills 10
+    python tests/soak/failover.py --kafka HOST:PORT --rate 250                # published while they work
     python tests/soak/failover.py --kafka HOST:PORT --dynamic                 # no static instance ids
 
-A simulated cluster (60 nodes, 20 days) is published at ``--rate`` records/s while the workers run;
-each kill is a SIGKILL of one worker (in turn) and the launch of its replacement (same static
+A simulated cluster (60 nodes, 20 days) is published first, one record a message, and the workers
+replay it (or with ``--rate``, published at that many records/s while they work; see below); each kill is a SIGKILL of one worker (in turn) and the launch of its replacement (same static
 group instance id unless ``--dynamic``). A kill's resume time runs from the replacement's launch
 until every input partition with messages left to commit has committed past where it stood: the
 interpreter's start, the group join, the checkpoint restore and a first commit point
@@ -40,7 +41,7 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2, help="workers in the group (default 2)")
     parser.add_argument("--partitions", type=int, default=4, help="input partitions (default 4)")
     parser.add_argument("--kills", type=int, default=8, help="SIGKILLs (default 8)")
-    parser.add_argument("--rate", type=int, default=150, help="records/s the replay publishes (default 150)")
+    parser.add_argument("--rate", type=int, help="publish at this many records/s while the workers run")
     parser.add_argument("--seed", type=int, default=17, help="seed of the kill moments (default 17)")
     parser.add_argument("--dynamic", action="store_true", help="no static group instance ids")
     parser.add_argument("--workdir", type=Path, help="keep the stores and logs here (default: a temp dir)")
@@ -69,9 +70,8 @@ def main() -> int:
         for worker in run.alive:
             worker.stop()
     membership = "dynamic membership" if args.dynamic else "static membership"
-    print(
-        f"{args.workers} workers, {args.partitions} partitions, {membership}, replay at {args.rate} records/s"
-    )
+    how = f"published at {args.rate} records/s" if args.rate else "a backlog, one record a message"
+    print(f"{args.workers} workers, {args.partitions} partitions, {membership}, {how}")
     for number, (name, seconds) in enumerate(run.resumes, 1):
         shown = "did not resume" if seconds is None else f"{seconds:5.1f} s"
         print(
