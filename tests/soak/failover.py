@@ -7,7 +7,7 @@ commit again.
     python tests/soak/failover.py --kafka HOST:PORT --rate 250                # published while they work
     python tests/soak/failover.py --kafka HOST:PORT --dynamic                 # no static instance ids
 
-A simulated cluster (60 nodes, 20 days) is published first, one record a message, and the workers
+A simulated cluster (60 nodes, 40 days) is published first, one record a message, and the workers
 replay it (or with ``--rate``, published at that many records/s while they work; see below); each kill is a SIGKILL of one worker (in turn) and the launch of its replacement (same static
 group instance id unless ``--dynamic``). A kill's resume time runs from the replacement's launch
 until every input partition with messages left to commit has committed past where it stood: the
@@ -49,7 +49,7 @@ def main() -> int:
     folder = args.workdir or Path(tempfile.mkdtemp(prefix="faultstream-failover-"))
     folder.mkdir(parents=True, exist_ok=True)
     sim = folder / "sim"
-    cli({}, "simulate", "--nodes", "60", "--days", "20", "--seed", "21", "--ecc-interval-minutes", "720",
+    cli({}, "simulate", "--nodes", "60", "--days", "40", "--seed", "21", "--ecc-interval-minutes", "720",
         "--out", str(sim))  # fmt: skip
     inputs = [sim / "kernel.log", sim / "sacct.txt", sim / "dcgm.prom"]
     embedded = folder / "embedded"
