@@ -60,7 +60,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], dict[
     inputs = [sim / "kernel.log", sim / "sacct.txt", sim / "dcgm.prom"]
     store = folder / "embedded"
     cli({}, "replay", *map(str, inputs), "--clickhouse", f"chdb://{store}", "--no-progress")
-    [last] = query(store, "SELECT toString(toStartOfHour(max(ts))) AS t FROM faultstream.xid_events")
+    # MTTF rows are compared up to the day before the last XID: the rows of the last hours are
+    # decided by the end of the input, which the embedded replay reaches and a worker never does
+    # (on this cluster one such row has the same hours with another version).
+    [last] = query(
+        store, "SELECT toString(toStartOfDay(max(ts)) - toIntervalDay(1)) AS t FROM faultstream.xid_events"
+    )
     expected = results([store], last["t"])
     expected["dead_letters"] = dead_letters([store])
     return inputs, expected, last["t"]
@@ -122,6 +127,7 @@ def test_five_sigkills_during_a_replay_change_nothing(
         for worker in run.alive:
             worker.stop()
 
+    print(f"resume seconds after each kill: {run.resumes}")  # the figures, in pytest -s output
     assert len(run.resumes) == 5
     assert all(seconds is not None for _, seconds in run.resumes), (
         f"a kill's partitions never moved: {run.resumes}"
