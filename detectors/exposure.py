@@ -117,10 +117,14 @@ class ExposureTracker:
                         index,
                         window_start,
                         overlap_ms,
-                        # Later coverage wins; at the end, a final row wins over a running one
-                        # and a hardware verdict over none (a job spanning partitions is
-                        # judged by each with its own nodes' evidence).
-                        end_ms * 4 + 2 * int(final) + int(ended and failure),
+                        # A window the run outlived is the row its close makes (the fleet stage
+                        # can learn of the end before the watermark closes the window: the same
+                        # row either way). Else later coverage wins; at the end, a final row wins
+                        # over a running one and a hardware verdict over none (a job spanning
+                        # partitions is judged by each with its own nodes' evidence).
+                        (window_start + window_ms) * 4
+                        if final and not last
+                        else end_ms * 4 + 2 * int(final) + int(ended and failure),
                         ended=ended,
                         failed=ended and state in _FAILURE_STATES,
                         failure=ended and failure,

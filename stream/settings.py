@@ -187,6 +187,20 @@ class Settings:
         "after this long (records it gets later that are older than the stage's horizon are not "
         "counted in the fleet statistics); long enough for a replay's publisher to reach every partition.",
     )
+    worker_session_timeout_seconds: float = setting(
+        10.0,
+        "Worker: how long the group waits for a worker's heartbeat before it gives the worker's "
+        "partitions to the others (a killed worker's partitions sit idle that long unless a replacement "
+        "with its instance id comes back first); heartbeats go every third of it. Kafka's brokers accept "
+        "6 to 1,800 s (group.min/max.session.timeout.ms).",
+    )
+    worker_instance_id: str = setting(
+        "",
+        "Worker: static group membership (Kafka's group.instance.id), unique per worker replica and kept "
+        "across its restarts (a StatefulSet pod name, a compose service name): a replacement with the "
+        "same id takes the partitions back at once, without a rebalance and without waiting for the "
+        "session timeout; empty: dynamic membership (a clean stop leaves the group at once).",
+    )
     metrics_port: int = setting(
         9464, "Worker: port of the Prometheus metrics endpoint (`/metrics`); 0 turns it off."
     )

@@ -108,6 +108,12 @@ def build_app(settings: Settings, security: KafkaSecurity | None = None) -> faus
         # found in cluster metadata" on each healthy start.
         topic_disable_leader=True,
         broker_commit_every=1000,
+        # Failover in seconds (docs/kafka.md#failover): a killed member's partitions wait for its
+        # session to time out (Faust's 60 s default made 8 of a 9-minute kill test idle), unless a
+        # replacement with its static instance id takes them back at once.
+        broker_session_timeout=settings.worker_session_timeout_seconds,
+        broker_heartbeat_interval=settings.worker_session_timeout_seconds / 3,
+        consumer_group_instance_id=settings.worker_instance_id or None,
         # Nothing is acked to Faust (the worker commits its own offsets); a rebalance must not wait
         # for them (the partition's next owner redoes them from its checkpoint).
         stream_wait_empty=False,
@@ -170,16 +176,24 @@ def build_app(settings: Settings, security: KafkaSecurity | None = None) -> faus
     # Often enough for both the commit points and the early publication of incident updates.
     publish_every = settings.worker_publish_seconds or settings.worker_flush_seconds
 
-    @app.timer(interval=max(min(settings.worker_flush_seconds / 2, publish_every), 0.1))
+    interval = max(min(settings.worker_flush_seconds / 2, publish_every), 0.1)
+
+    @app.task
     async def tick() -> None:
-        await runtime.refresh()  # broker requests, without holding the agent up
-        async with runtime.lock:
-            try:
-                await runtime.tick()
-            except WorkerStalled as exc:
-                # Crash-only: a restart reads everything since the last commit point again.
-                _log.error("stopping the worker so that it is restarted: %s", exc)
-                await app.crash(exc)
+        # A loop, not Faust's app.timer: a tick waits for the agent's lock and for the broker's
+        # answers, under load often longer than the interval, and the timer then logged "Timer ...
+        # tick is overlapping" again and again on healthy workers; here the next tick starts later.
+        while not app.should_stop:
+            await app.sleep(interval)
+            await runtime.refresh()  # broker requests, without holding the agent up
+            async with runtime.lock:
+                try:
+                    await runtime.tick()
+                except WorkerStalled as exc:
+                    # Crash-only: a restart reads everything since the last commit point again.
+                    _log.error("stopping the worker so that it is restarted: %s", exc)
+                    await app.crash(exc)
+                    return
 
     @app.on_partitions_revoked.connect
     async def forget_revoked(_app: Any, revoked: set[Any], **_: Any) -> None:

@@ -9,6 +9,18 @@ the partition (restart, crash, rebalance) loads the checkpoint and skips the mes
 its offsets: the detectors continue where they were, they neither relearn from zero nor see any
 message twice, and the incidents they emit are the ones the old worker would have emitted.
 
+Fencing: a checkpoint carries the consumer group generation in which its writer took the
+partition, and a writer never replaces a checkpoint it has not seen: before each write it checks
+that the partition's checkpoint log ends where its own last read or write left it. If it does
+not, another worker has taken the partition over and written since (the group moved on without
+this one: a session that timed out, a rebalance during a slow commit point), and the write is
+refused with :class:`StaleCheckpoint`; the worker then drops the partition's state, commits
+nothing for it, and reloads the newer checkpoint if it still owns the partition. Without the check
+a stale owner's older checkpoint could land after the newer owner's and be the one the next owner
+restored, older than the group's committed offset (the "takeover gap" of issue 12: 2,293 messages
+once; the gap re-read covered it). The check and the write are two requests, so a takeover in the
+milliseconds between them is not caught; the restore then warns of the gap and reads it again.
+
 Storage is a compacted Kafka topic (``topic_checkpoints``) with one partition per input partition:
 the checkpoint of *p* is the newest message of partition *p*, keyed ``<app id>/<p>``. A value is
 a header naming the format (``faultstream-checkpoint/<FORMAT>``, newline) and a zlib-compressed
@@ -33,7 +45,14 @@ from detectors.fleet import FleetCore
 from schemas.records import EccSample, JobEvent, XidEvent
 from stream.kafka.topics import CHECKPOINT_MAX_BYTES
 
-__all__ = ["CheckpointError", "CheckpointTopic", "PartitionCheckpoint", "decode", "encode"]
+__all__ = [
+    "CheckpointError",
+    "CheckpointTopic",
+    "PartitionCheckpoint",
+    "StaleCheckpoint",
+    "decode",
+    "encode",
+]
 
 _log = logging.getLogger("faultstream.checkpoints")
 
@@ -56,6 +75,11 @@ class CheckpointError(RuntimeError):
     """A checkpoint could not be read or written."""
 
 
+class StaleCheckpoint(CheckpointError):
+    """Another worker wrote the partition's checkpoint since this one read or wrote it: this one is
+    no longer the partition's owner, and its checkpoint must not replace the newer one."""
+
+
 @dataclass(slots=True)
 class PartitionCheckpoint:
     """What a worker needs to continue an input partition exactly where another one stopped."""
@@ -69,6 +93,11 @@ class PartitionCheckpoint:
     #: Input partition 0 only: the fleet stage, and the next offset of the fleet topic to read.
     fleet: FleetCore | None = None
     fleet_offset: int = 0
+    #: Per jobs partition, the highest source offset of a re-keyed job copy applied
+    #: (:class:`stream.worker.rekeying.CopiesApplied`).
+    copies: dict[int, int] = field(default_factory=dict)
+    #: The consumer group generation in which the writer took the partition (-1: unknown).
+    generation: int = -1
 
 
 def encode(checkpoint: PartitionCheckpoint) -> bytes:
@@ -124,6 +153,8 @@ class CheckpointTopic:
         self._producer: AIOKafkaProducer | None = None
         self._consumer: AIOKafkaConsumer | None = None
         self._partitions: set[int] = set()
+        #: Partition -> where its checkpoint log ended when this worker last read or wrote it.
+        self._seen_end: dict[int, int] = {}
 
     async def start(self, partitions: int) -> None:
         """Connect (aiokafka clients must be made inside the running event loop) and check the topic
@@ -170,13 +201,33 @@ class CheckpointTopic:
     def _key(self, partition: int) -> bytes:
         return f"{self.app_id}/{partition}".encode()
 
+    def forget(self, partition: int) -> None:
+        """The partition is no longer this worker's: a later owner's load starts afresh."""
+        self._seen_end.pop(partition, None)
+
     async def save(self, checkpoint: PartitionCheckpoint) -> int:
-        """Write ``checkpoint`` and wait until the broker has it; return its size in bytes."""
-        producer, _ = self._clients()
+        """Write ``checkpoint`` and wait until the broker has it; return its size in bytes.
+
+        Raises
+        ------
+        StaleCheckpoint
+            Another worker wrote a checkpoint of the partition since this one loaded or wrote it.
+        """
+        producer, consumer = self._clients()
+        number = checkpoint.partition
+        tp = TopicPartition(self.topic, number)
+        seen = self._seen_end.get(number)
+        if seen is not None:
+            end = (await consumer.end_offsets([tp]))[tp]
+            if end != seen:
+                self._seen_end.pop(number, None)
+                raise StaleCheckpoint(
+                    f"{self.topic}/{number}: {end - seen} checkpoint(s) written by another worker since "
+                    f"this one took the partition (generation {checkpoint.generation}): not replaced"
+                )
         blob = encode(checkpoint)
-        await producer.send_and_wait(
-            self.topic, blob, key=self._key(checkpoint.partition), partition=checkpoint.partition
-        )
+        sent = await producer.send_and_wait(self.topic, blob, key=self._key(number), partition=number)
+        self._seen_end[number] = sent.offset + 1
         return len(blob)
 
     async def load(self, partition: int, timeout_s: float = 30.0) -> tuple[PartitionCheckpoint, int] | None:
@@ -189,6 +240,7 @@ class CheckpointTopic:
             )
         tp = TopicPartition(self.topic, partition)
         end = (await consumer.end_offsets([tp]))[tp]
+        self._seen_end[partition] = end
         if end == 0:
             return None
         consumer.assign([tp])

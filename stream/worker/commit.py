@@ -51,8 +51,12 @@ async def commit_offsets(consumer: Any, offsets: dict[Any, int]) -> bool:
 
     Faust offers no public call that commits given offsets without its own ack tracking, which
     the worker does not use (it can commit past messages its agents never saw): this is its
-    private one, called from here only.
+    private one, called from here only. Nothing is committed while the group rebalances: the
+    commit would carry the old generation, which the broker refuses (aiokafka logs that as an
+    ERROR), and whoever gets the partitions redoes the work from the checkpoint anyway.
     """
+    if getattr(consumer.app, "rebalancing", False):
+        return False
     return bool(await consumer._commit_offsets(offsets))
 
 

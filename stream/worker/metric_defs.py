@@ -24,6 +24,8 @@ MetricName = Literal[
     "faultstream_incidents_out",
     "faultstream_dead_letters",
     "faultstream_late_events",
+    "faultstream_rekey_repeats",
+    "faultstream_stale_checkpoints",
     "faultstream_sink_flush_seconds",
     "faultstream_sink_rows",
     "faultstream_sink_flush_failures",
@@ -77,6 +79,16 @@ METRICS: dict[MetricName, MetricDef] = {
         "counter", "Records sent to the dead letters, by topic and reason class.", ("topic", "reason")
     ),
     "faultstream_late_events": MetricDef("counter", "Records later than the allowed lateness."),
+    "faultstream_rekey_repeats": MetricDef(
+        "counter",
+        "Re-keyed job records (jobs-by-node) sent again by a re-keyer's successor and skipped as "
+        "already applied: repeats, never dead letters.",
+    ),
+    "faultstream_stale_checkpoints": MetricDef(
+        "counter",
+        "Checkpoint writes refused because another worker had taken the partition over and written "
+        "its own (the partition's state here was dropped).",
+    ),
     "faultstream_sink_flush_seconds": MetricDef(
         "histogram",
         "Time of a successful ClickHouse flush.",

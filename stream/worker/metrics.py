@@ -36,6 +36,8 @@ class WorkerMetrics:
         self.incidents_out = self._counter("faultstream_incidents_out")
         self.dead_letters = self._counter("faultstream_dead_letters")
         self.late_events = self._counter("faultstream_late_events")
+        self.rekey_repeats = self._counter("faultstream_rekey_repeats")
+        self.stale_checkpoints = self._counter("faultstream_stale_checkpoints")
         self.sink_flush_seconds = self._histogram("faultstream_sink_flush_seconds")
         self.sink_rows = self._counter("faultstream_sink_rows")
         self.sink_flush_failures = self._counter("faultstream_sink_flush_failures")

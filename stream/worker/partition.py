@@ -25,6 +25,7 @@ from stream.settings import Settings
 from stream.sinks.dead_letters import DeadLetterProducer
 from stream.worker.checkpoints import CheckpointError, HeldRecord, PartitionCheckpoint
 from stream.worker.merge import EventTimeMerger
+from stream.worker.rekeying import CopiesApplied
 
 __all__ = ["HeldLine", "PartitionWorker"]
 
@@ -64,6 +65,11 @@ class PartitionWorker:
     #: Partition 0 only: the fleet stage it runs, and the next offset of the fleet topic to read.
     fleet: FleetCore | None = None
     fleet_offset: int = 0
+    #: The re-keyed job copies applied, by source offset: a copy sent again is skipped.
+    copies: CopiesApplied = field(default_factory=CopiesApplied)
+    #: The consumer group generation in which this worker took the partition (its checkpoints
+    #: carry it: a stale owner's cannot replace a newer owner's).
+    generation: int = -1
 
     @classmethod
     def start(
@@ -97,6 +103,8 @@ class PartitionWorker:
                 merger.add(held[0], held[1], _restore_held(held))
             state = cls(partition, pipeline, merger, dict(checkpoint.offsets))
             state.fleet, state.fleet_offset = checkpoint.fleet, checkpoint.fleet_offset
+            # A checkpoint of format 3 written before copies carried their source has no record.
+            state.copies = CopiesApplied(dict(getattr(checkpoint, "copies", None) or {}))
         if partition == 0 and state.fleet is None:
             state.fleet = FleetCore(settings.core_config().fleet_config(), settings.topic_partitions)
         return state
@@ -115,6 +123,8 @@ class PartitionWorker:
             [(source, ts_ms, line, record.source) for source, ts_ms, (record, line) in self.merger.held()],
             self.fleet,
             self.fleet_offset,
+            dict(self.copies.highest),
+            self.generation,
         )
 
     def process_released(self) -> int:

@@ -1,0 +1,35 @@
+"""Re-keyed job copies name their source, so a copy sent again is recognised and skipped."""
+
+from __future__ import annotations
+
+from detectors.core import CoreConfig, DetectionCore
+from stream.worker.checkpoints import PartitionCheckpoint, decode, encode
+from stream.worker.rekeying import COPY_HEADER, CopiesApplied, copy_headers, copy_source
+
+
+def test_a_successor_resending_from_the_committed_offset_repeats_only_what_was_applied() -> None:
+    target = CopiesApplied()
+    first_owner = [copy_headers(0, offset) for offset in range(10, 20)]
+    assert [target.repeat(h) for h in first_owner] == [False] * 10
+    # Killed after delivering 10..19 but before committing past 14: its successor starts at 15.
+    successor = [copy_headers(0, offset) for offset in range(15, 25)]
+    assert [target.repeat(h) for h in successor] == [True] * 5 + [False] * 5
+    assert target.highest == {0: 24}
+
+
+def test_sources_are_kept_apart_and_unnamed_copies_are_used() -> None:
+    target = CopiesApplied()
+    assert not target.repeat(copy_headers(1, 5))
+    assert not target.repeat(copy_headers(0, 3))  # another jobs partition: its own order
+    assert target.repeat(copy_headers(1, 5))
+    assert not target.repeat(None) and not target.repeat([])
+    assert not target.repeat([(COPY_HEADER, b"not:a number")])
+    assert copy_source([(COPY_HEADER, b"1:5")]) == (1, 5)
+
+
+def test_the_checkpoint_carries_the_copies_and_the_generation() -> None:
+    checkpoint = PartitionCheckpoint(
+        3, {"jobs_by_node": 7}, DetectionCore(CoreConfig()), copies={0: 41}, generation=5
+    )
+    restored = decode(encode(checkpoint))
+    assert (restored.copies, restored.generation, restored.offsets) == ({0: 41}, 5, {"jobs_by_node": 7})
