@@ -113,6 +113,9 @@ class ChaosReport:
     duplicate_ids_after_final: dict[str, int] = field(default_factory=dict)
     incident_messages: int = 0
     incident_repeats: int = 0
+    #: Job lines re-keyed twice onto jobs-by-node (a kill between re-keying a jobs message and
+    #: committing it); each repeat reaches a partition's core a second time.
+    rekeyed_repeats: int = 0
     incidents_missing_on_topic: int = 0
     timeline: list[str] = field(default_factory=list)
     caught_up: bool = False
@@ -465,6 +468,7 @@ def _compare(
     for table, key in RESULT_KEYS.items():
         [row] = query(combined, f"SELECT count() - uniqExact({key}) AS n FROM faultstream.{table} FINAL")
         report.duplicate_ids_after_final[table] = int(row["n"])
+    report.rekeyed_repeats = _rekeyed_repeats(env)
     messages = incident_messages(env)
     report.incident_messages = len(messages)
     report.incident_repeats = sum(count - 1 for count in Counter(messages).values())
@@ -473,6 +477,21 @@ def _compare(
         newest[incident_id] = max(version, newest.get(incident_id, 0))
     expected = {row["incident_id"]: row["version"] for row in query(expected_store, selects["incidents"])}
     report.incidents_missing_on_topic = sum(newest.get(i) != v for i, v in expected.items())
+
+
+def _rekeyed_repeats(env: dict[str, str]) -> int:
+    """Job lines on the jobs-by-node topic that repeat an earlier line of their partition: a jobs
+    message re-keyed again by the worker that took the jobs partition over from a killed one."""
+    import asyncio
+
+    from tests.services.kafka import consume
+
+    bootstrap, topic = env["FAULTSTREAM_KAFKA_BOOTSTRAP"], env["FAULTSTREAM_TOPIC_JOBS_BY_NODE"]
+    partitions = int(env["FAULTSTREAM_TOPIC_PARTITIONS"])
+    _, ends = asyncio.run(consume(bootstrap, topic, partitions, 0, 15))
+    messages, _ = asyncio.run(consume(bootstrap, topic, partitions, sum(ends.values()), 300))
+    lines = Counter((message.partition, line) for message in messages for line in message.value.split(b"\n"))
+    return sum(count - 1 for count in lines.values())
 
 
 def _decided_at_end(store: Path) -> set[tuple[str, str]]:

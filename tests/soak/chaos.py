@@ -99,6 +99,7 @@ def main() -> int:
     print(f"duplicate ids after FINAL    {sum(report.duplicate_ids_after_final.values())}")
     print(f"incident-topic messages      {report.incident_messages:,}, extra repeats {report.incident_repeats:,}, "
           f"incidents missing their newest version {report.incidents_missing_on_topic}")  # fmt: skip
+    print(f"jobs lines re-keyed twice    {report.rekeyed_repeats:,}")
     for example in report.examples:
         print(f"  {example}")
     print(f"seconds                      {report.seconds:.0f}  (logs: {workdir / 'run'})")
