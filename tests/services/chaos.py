@@ -378,7 +378,15 @@ def run_chaos(
                     outage_done = True
                     event(f"ClickHouse outage ends after {report.outage_seconds:.0f} s "
                           f"({report.flush_failures_seen} failed flushes seen)")  # fmt: skip
-            if published and not broker_done and fraction is not None and fraction >= plan.broker_at:
+            # Not during the outage: the restart blocks this loop, which would stretch the outage.
+            outage_on = outage_started is not None and not outage_done
+            if (
+                published
+                and not broker_done
+                and not outage_on
+                and fraction is not None
+                and fraction >= plan.broker_at
+            ):
                 event(f"broker stops at {fraction:.0%} committed")
                 report.broker_down_seconds = restart_broker(broker_dir, plan.broker_down_seconds)
                 report.broker_restarts += 1
