@@ -134,6 +134,7 @@ class WorkerRuntime:
         self._new_baselines: dict[int, float] = {}
         self._fleet_reader = PartitionReader(client_options(settings), settings.topic_fleet)
         self._idle_announced: set[int] = set()  # assigned partitions without state, said idle
+        self._probed: set[int] = set()  # assigned partitions without state whose checkpoint was read
         self._empty_since: dict[int, float] = {}  # those, since when they have had nothing to read
         self._last_refresh = 0.0
         self._last_stall_check = time.monotonic()
@@ -452,6 +453,29 @@ class WorkerRuntime:
             await delivery
             self._new_baselines.update(decided.baselines)
 
+    async def _restore_held(self) -> None:
+        """Restore at once the assigned partitions whose checkpoint holds records the merge held
+        back. A partition's state is otherwise made when its first message arrives; one whose
+        offsets are all committed delivers none, and its held records (waiting for a storm
+        baseline, say, when a rebalance took it away) were never applied: the chaos soak lost two
+        weeks of a partition that way. The checkpoint of each is read once per assignment."""
+        if self.app.rebalancing:
+            return
+        assigned = {tp.partition for tp in self.app.consumer.assignment() if tp.topic in self.topics.kinds}
+        for number in sorted(assigned - set(self.partitions) - self._probed):
+            self._probed.add(number)
+            if not self.checkpoints_started:
+                await self.checkpoints.start(self.settings.topic_partitions)
+                self.checkpoints_started = True
+            try:
+                loaded = await self.checkpoints.load(number)
+            except KafkaError as exc:
+                self._probed.discard(number)  # the next tick asks again
+                _log.info("partition %d: checkpoint not read: %r", number, exc)
+                continue
+            if loaded is not None and loaded[0].held:
+                await self._partition_state(number)
+
     async def _announce_idle(self) -> None:
         """Tell the fleet stage about partitions with nothing to read, so it does not wait for
         them: ours with nothing pending, and assigned ones that never delivered anything."""
@@ -618,6 +642,7 @@ class WorkerRuntime:
             self.baselines.update(new)
             for state in self.partitions.values():
                 state.learn_baselines(new)
+        await self._restore_held()
         await self._run_fleet_stage()
         await self._announce_idle()
         await self._watch_for_stalls()
@@ -699,6 +724,7 @@ class WorkerRuntime:
         its committed offset, so progress past the checkpoint is redone by whoever gets it."""
         self.positions.forget(revoked)
         for tp in revoked:
+            self._probed.discard(tp.partition)
             if tp.topic == self.topics.jobs:
                 self._rekeyed.pop(tp.partition, None)
                 self._rekeyed_committed.pop(tp.partition, None)

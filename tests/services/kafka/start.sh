@@ -4,6 +4,10 @@
 #
 #   start.sh [--secure] [RUN_DIR]  RUN_DIR: config, data, log and pid file (default: a new temporary folder)
 #   stop.sh RUN_DIR                stops it by the PID in RUN_DIR/kafka.pid and removes RUN_DIR
+#   stop.sh --keep RUN_DIR         stops it and keeps RUN_DIR (config, data, logs)
+#   start.sh --restart RUN_DIR     starts the stopped broker of RUN_DIR again: same ports, same data
+#                                  (topics, offsets, consumer groups), same listeners; the chaos soak
+#                                  restarts the broker under running workers this way
 #
 # Progress goes to stderr; the last line on stdout is `KAFKA_BOOTSTRAP=127.0.0.1:<port>` (before it,
 # `KAFKA_RUN_DIR=<dir>`). On failure: the broker log's tail on stderr, exit status non-zero.
@@ -28,8 +32,12 @@
 set -euo pipefail
 
 secure=0
+restart=0
 if [[ "${1:-}" == "--secure" ]]; then
     secure=1
+    shift
+elif [[ "${1:-}" == "--restart" ]]; then
+    restart=1
     shift
 fi
 
@@ -76,6 +84,48 @@ if [[ ! -f "$libs/.complete" ]]; then
     # Another run may have finished the same fetch meanwhile: keep theirs.
     mv -T "$fetch" "$libs" 2>/dev/null || rm -rf "$fetch"
     say "fetched $(find "$libs" -name '*.jar' | wc -l) jars in $((SECONDS - t0)) s"
+fi
+
+# --- --restart: the same broker again, from the configuration and data a stop.sh --keep left
+if ((restart)); then
+    run_dir="${1:?usage: start.sh --restart RUN_DIR}"
+    [[ -f "$run_dir/.faultstream-kafka" && -f "$run_dir/server.properties" && -f "$run_dir/data/meta.properties" ]] ||
+        die "$run_dir holds no stopped broker of start.sh (server.properties, data/meta.properties)"
+    run_dir="$(cd "$run_dir" && pwd)"
+    if [[ -f "$run_dir/kafka.pid" ]] && kill -0 "$(cat "$run_dir/kafka.pid")" 2>/dev/null; then
+        die "a broker already runs from $run_dir (PID $(cat "$run_dir/kafka.pid"))"
+    fi
+    listeners="$(sed -n 's/^listeners=//p' "$run_dir/server.properties")"
+    bootstrap="$(tr ',' '\n' <<<"$listeners" | sed -n 's|^PLAINTEXT://||p')"
+    [[ -n "$bootstrap" ]] || die "no PLAINTEXT listener in $run_dir/server.properties"
+    log="$run_dir/kafka.log"
+    # The readiness check fails on an 'Exiting Kafka' anywhere in the log: each run gets its own.
+    n=1
+    while [[ -e "$log.$n" ]]; do n=$((n + 1)); done
+    [[ -f "$log" ]] && mv "$log" "$log.$n"
+    rm -f "$run_dir/kafka.pid"
+    t0=$SECONDS
+    java -Xmx512m -Xms256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Djava.awt.headless=true \
+        "-Dlog4j.configuration=file:$run_dir/log4j.properties" -cp "$libs/*" kafka.Kafka \
+        "$run_dir/server.properties" </dev/null >"$log" 2>&1 &
+    pid=$!
+    echo "$pid" >"$run_dir/kafka.pid"
+    say "Kafka $version restarting on $bootstrap (PID $pid, log $log)"
+    if ! "$py" "$here/../kafka.py" wait "$bootstrap" --pid "$pid" --log "$log" --timeout "${FAULTSTREAM_KAFKA_TIMEOUT:-90}"; then
+        say "Kafka $version did not restart on $bootstrap; last 50 lines of $log:"
+        tail -n 50 "$log" >&2
+        "$here/stop.sh" --keep "$run_dir" >&2 || true
+        exit 1
+    fi
+    say "ready in $((SECONDS - t0)) s"
+    echo "KAFKA_RUN_DIR=$run_dir"
+    for name in SASL_SSL SSL SASL_PLAINTEXT; do
+        address="$(tr ',' '\n' <<<"$listeners" | sed -n "s|^$name://||p")"
+        [[ -z "$address" ]] || echo "KAFKA_${name}_BOOTSTRAP=$address"
+    done
+    [[ ! -d "$run_dir/tls" ]] || echo "KAFKA_TLS_DIR=$run_dir/tls"
+    echo "KAFKA_BOOTSTRAP=$bootstrap"
+    exit 0
 fi
 
 # --- run folder, ports, configuration

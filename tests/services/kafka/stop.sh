@@ -4,10 +4,16 @@
 # Silent when all goes well (tests/run calls it after pytest's closing line).
 #
 #   stop.sh RUN_DIR
+#   stop.sh --keep RUN_DIR   stops the broker the same way and keeps RUN_DIR, for start.sh --restart
 set -uo pipefail
 
 say() { echo "kafka: $*" >&2; }
-run_dir="${1:?usage: stop.sh RUN_DIR}"
+keep=0
+if [[ "${1:-}" == "--keep" ]]; then
+    keep=1
+    shift
+fi
+run_dir="${1:?usage: stop.sh [--keep] RUN_DIR}"
 [[ -d "$run_dir" ]] || exit 0
 rmdir "$run_dir" 2>/dev/null && exit 0  # empty: start.sh never ran in it
 if [[ ! -f "$run_dir/.faultstream-kafka" ]]; then
@@ -30,4 +36,8 @@ if [[ "$pid" =~ ^[0-9]+$ ]] && { tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/nul
         sleep 0.2
     fi
 fi
-rm -rf "$run_dir"
+if ((keep)); then
+    rm -f "$run_dir/kafka.pid"
+else
+    rm -rf "$run_dir"
+fi

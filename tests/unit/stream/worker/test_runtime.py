@@ -143,3 +143,47 @@ def test_offsets_the_broker_deleted_are_counted_as_lost_and_reading_goes_on(cloc
     assert app.consumer.seeks == [(ECC, 300)]
     assert runtime.metrics.input_lost.labels("t.ecc")._value.get() == 200
     assert runtime.positions.next_offset(ECC) == 300
+
+
+class FakeCheckpoints:
+    """Checkpoints by partition: held records or none; counts the reads."""
+
+    def __init__(self, held: dict[int, list[Any]]) -> None:
+        self.held = held
+        self.loads: list[int] = []
+
+    async def load(self, partition: int) -> Any:
+        self.loads.append(partition)
+        if partition not in self.held:
+            return None
+
+        class Checkpoint:
+            held = self.held[partition]
+
+        return Checkpoint(), 100
+
+
+def test_an_assigned_partition_whose_checkpoint_holds_records_is_restored_without_a_message() -> None:
+    runtime, app = make_runtime()
+    held, empty, fresh = TP("t.ecc", 1), TP("t.ecc", 2), TP("t.ecc", 3)
+    app.consumer.assignment = lambda: {ECC, held, empty, fresh}  # type: ignore[method-assign]
+    runtime.checkpoints = FakeCheckpoints({1: [("ecc", 5, "record")], 2: []})  # type: ignore[assignment]
+    runtime.checkpoints_started = True
+    restored: list[int] = []
+
+    async def partition_state(number: int) -> Any:
+        restored.append(number)
+        runtime.partitions[number] = object()  # type: ignore[assignment]
+        return runtime.partitions[number]
+
+    runtime._partition_state = partition_state  # type: ignore[method-assign]
+    runtime.partitions[0] = object()  # type: ignore[assignment]  # ECC delivered: it has its state
+    asyncio.run(runtime._restore_held())
+    # Only the one holding records: the others are restored by their first message, as before.
+    assert restored == [1]
+    assert runtime.checkpoints.loads == [1, 2, 3]  # type: ignore[attr-defined]
+    asyncio.run(runtime._restore_held())
+    assert runtime.checkpoints.loads == [1, 2, 3], "each checkpoint is read once per assignment"  # type: ignore[attr-defined]
+    runtime.forget({empty})
+    asyncio.run(runtime._restore_held())
+    assert runtime.checkpoints.loads == [1, 2, 3, 2]  # type: ignore[attr-defined]  # assigned again: read again
