@@ -8,6 +8,14 @@ topic, or the end of a replay) stops holding the others back until it speaks aga
 ``drained(source)`` says nothing of it is waiting to be read: a source that is merely behind (the
 reader was paused, a fetch is slow) is not idle, however long it has been silent.
 
+``drained`` answers with the clock time *as of which* nothing was left (the moment the broker was
+asked), and an item may pass an idle source only if it arrived before then. Publishers send each
+topic's records no later than later records of the other topics, so whatever of the idle source
+was published before the item was, was already known, and read, at that moment. Without that
+rule a progress answer older than the item let it pass records of the idle source still on
+their way (job copies still being re-keyed while a replay was published into running workers:
+"late event" dead letters and missing attributions).
+
 Ties are released by (event time, source name, arrival order): deterministic whatever the
 interleaving of the partitions was.
 """
@@ -51,8 +59,8 @@ class EventTimeMerger(Generic[T]):
     sources: list[str]
     idle_after: float = 2.0
     clock: Callable[[], float] = field(default=lambda: 0.0)
-    drained: Callable[[str], bool] = field(default=lambda source: True)
-    _heap: list[tuple[int, str, int, T]] = field(default_factory=list)
+    drained: Callable[[str], float | None] = field(default=lambda source: float("inf"))
+    _heap: list[tuple[int, str, int, float, T]] = field(default_factory=list)
     _state: dict[str, _Source] = field(default_factory=dict)
     _arrivals: Iterator[int] = field(default_factory=itertools.count)
     _started: bool = False
@@ -73,19 +81,28 @@ class EventTimeMerger(Generic[T]):
         state = self._state[source]
         state.newest_ms = max(state.newest_ms, ts_ms)
         state.last_seen = now
-        heapq.heappush(self._heap, (ts_ms, source, next(self._arrivals), item))
+        heapq.heappush(self._heap, (ts_ms, source, next(self._arrivals), now, item))
+
+    def _progress(self) -> tuple[int | None, list[tuple[int, float]]]:
+        """The low watermark of the active sources (None: all are idle), and (newest event time,
+        drained as of) of each idle one."""
+        now = self.clock()
+        active: list[int] = []
+        idle: list[tuple[int, float]] = []
+        for name, state in self._state.items():
+            drained_at = None if now - state.last_seen < self.idle_after else self.drained(name)
+            if drained_at is None:
+                active.append(state.newest_ms)
+            else:
+                idle.append((state.newest_ms, drained_at))
+        return (min(active) if active else None), idle
 
     def low_watermark(self) -> int | None:
         """Event time up to which every active source has delivered (None: nothing to release)."""
-        now = self.clock()
-        active = [
-            state.newest_ms
-            for name, state in self._state.items()
-            if now - state.last_seen < self.idle_after or not self.drained(name)
-        ]
-        if not active:
+        active, _ = self._progress()
+        if active is None:
             return self._heap[0][0] + 2**62 if self._heap else None  # all idle: release everything
-        return min(active)
+        return active
 
     def __len__(self) -> int:
         return len(self._heap)
@@ -96,15 +113,21 @@ class EventTimeMerger(Generic[T]):
         Adding them to a fresh merger in this order holds them exactly as this one does (a
         checkpoint does that); the sources' progress starts afresh there.
         """
-        return [(source, ts_ms, item) for ts_ms, source, _, item in sorted(self._heap)]
+        return [(source, ts_ms, item) for ts_ms, source, _, _, item in sorted(self._heap)]
 
     def release(self, ready: Callable[[int, T], bool] | None = None) -> Iterator[T]:
         """Items whose event time is at or before the low watermark, in order; with ``ready``,
         only as long as ``ready(event time, item)`` says the next one may go (the rest stay held,
         in their order)."""
-        watermark = self.low_watermark()
+        active, idle = self._progress()
         heap = self._heap
-        while heap and watermark is not None and heap[0][0] <= watermark:
-            if ready is not None and not ready(heap[0][0], heap[0][3]):
+        if active is None:
+            active = heap[0][0] + 2**62 if heap else 0  # all idle: everything that arrived in time
+        while heap and heap[0][0] <= active:
+            ts_ms, _, _, arrived, item = heap[0]
+            for newest_ms, drained_at in idle:
+                if newest_ms < ts_ms and arrived > drained_at:
+                    return  # past an idle source, known idle only from before it arrived: wait
+            if ready is not None and not ready(ts_ms, item):
                 return
-            yield heapq.heappop(heap)[3]
+            yield heapq.heappop(heap)[4]

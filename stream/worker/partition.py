@@ -78,7 +78,7 @@ class PartitionWorker:
         settings: Settings,
         sources: list[str],
         checkpoint: PartitionCheckpoint | None,
-        drained: Callable[[str], bool],
+        drained: Callable[[str], float | None],
         sink: RecordSink,
         dead_letters: DeadLetterProducer,
     ) -> PartitionWorker:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -57,7 +58,7 @@ _log = logging.getLogger("faultstream.worker")
 #: Sink and dead-letter batch of what is found while re-keying jobs (input partitions are >= 0).
 _REKEY_BATCH = -1
 #: End offsets and the group's jobs progress are asked for at most this often (two requests).
-_REFRESH_SECONDS = 1.0
+_REFRESH_SECONDS = 0.5
 #: A partition this close to its end is live: incident updates go out without waiting for the
 #: commit point (a third of a second of a producer at 5,000 records/s, 25 records a message).
 _LIVE_BACKLOG_MESSAGES = 64
@@ -126,6 +127,9 @@ class WorkerRuntime:
         self._ends: dict[Any, int] = {}
         #: Whether the group has committed every message of the jobs topic (re-keyed everywhere).
         self._jobs_rekeyed = False
+        #: Monotonic time of the progress answer ``_ends`` and ``_jobs_rekeyed`` come from (when the
+        #: broker was asked): a source found drained was drained as of then, not as of now.
+        self._progress_at = 0.0
         self.broker = BrokerQueries(client_options(settings))
         #: The fleet stage's storm baselines (period start -> usual burst), as read so far.
         self.baselines: dict[int, float] = {}
@@ -290,7 +294,7 @@ class WorkerRuntime:
             self.checkpoints_started = True
         loaded = await self.checkpoints.load(number)
 
-        def drained(source: str) -> bool:
+        def drained(source: str) -> float | None:
             return self._source_drained(number, source)
 
         if loaded is None:
@@ -345,19 +349,20 @@ class WorkerRuntime:
         ends = [end for end in (self._ends.get(tp), self._highwater(tp)) if end is not None]
         return bool(ends) and last_offset + 1 >= max(ends)
 
-    def _source_drained(self, partition: int, source: str) -> bool:
-        """Whether the merge may treat a silent source as idle: nothing of it is left to read."""
+    def _source_drained(self, partition: int, source: str) -> float | None:
+        """Whether the merge may treat a silent source as idle: the monotonic time as of which
+        nothing of it was left to read (when the broker was last asked), None if something is."""
         state = self.partitions.get(partition)
         if state is None:
-            return True
+            return math.inf
         topic = self._topic_of[source]
         if not self._caught_up(topic, partition, state.applied.get(topic, -1)):
-            return False
-        if source == "job":
+            return None
+        if source == "job" and not self._jobs_rekeyed:
             # Its input is the re-keying of the jobs topic, by whichever worker owns that: only
             # once every jobs message was re-keyed can nothing more be on its way here.
-            return self._jobs_rekeyed
-        return True
+            return None
+        return self._progress_at
 
     async def _refresh_progress(self) -> None:
         """Learn how far the inputs go, for the merge's idle test: whether the group has committed
@@ -369,6 +374,7 @@ class WorkerRuntime:
         if self.app.rebalancing or now - self._last_refresh < _REFRESH_SECONDS:
             return
         self._last_refresh = now
+        asked_at = now
         jobs = self.topics.jobs
         jobs_partitions = [TP(jobs, p) for p in range(consumer.topic_partitions(jobs) or 1)]
         inputs = [tp for tp in consumer.assignment() if tp.topic in self.topics.kinds]
@@ -388,6 +394,7 @@ class WorkerRuntime:
             done.get((tp.topic, tp.partition), 0) >= ends.get(tp, 0) for tp in jobs_partitions
         )
         self._ends.update(ends)
+        self._progress_at = asked_at
 
     # -- the fleet stage ---------------------------------------------------------------------
 
@@ -609,7 +616,7 @@ class WorkerRuntime:
     def _partition_idle(self, state: PartitionWorker) -> bool:
         """Nothing held and nothing left to read."""
         return len(state.merger) == 0 and all(
-            self._source_drained(state.partition, source) for source in self._sources
+            self._source_drained(state.partition, source) is not None for source in self._sources
         )
 
     def _fleet_idle(self, state: PartitionWorker) -> bool:

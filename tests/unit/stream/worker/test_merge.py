@@ -19,7 +19,10 @@ def test_a_silent_source_stops_holding_back_only_once_nothing_of_it_is_left_to_r
     clock = Clock()
     backlog = {"job": 3}  # messages of the source still waiting in Kafka
     merger: EventTimeMerger[str] = EventTimeMerger(
-        ["ecc", "job"], idle_after=2, clock=clock, drained=lambda source: backlog.get(source, 0) == 0
+        ["ecc", "job"],
+        idle_after=2,
+        clock=clock,
+        drained=lambda source: None if backlog.get(source, 0) else clock.now,  # asked just now
     )
     merger.add("job", 5, "job5")
     merger.add("ecc", 10, "ecc10")
@@ -45,3 +48,24 @@ def test_held_records_added_to_a_fresh_merger_come_out_the_same() -> None:
         second.add(source, ts, item)
     clock.now = 10.0  # both sources silent (and drained): everything held is released, in order
     assert list(second.release()) == ["ecc8", "ecc9"]
+
+
+def test_an_item_passes_an_idle_source_only_if_it_came_before_the_source_was_found_drained() -> None:
+    """The race of a replay published into running workers: the jobs source was found drained by
+    a progress answer from before an ECC record came; job copies published before that record
+    may still be on their way, so the record waits for a newer answer."""
+    clock = Clock()
+    answered_at: dict[str, float | None] = {"job": None}
+    merger: EventTimeMerger[str] = EventTimeMerger(
+        ["ecc", "job"], idle_after=2, clock=clock, drained=lambda source: answered_at.get(source, 0.0)
+    )
+    merger.add("job", 5, "job5")
+    merger.add("ecc", 10, "ecc10")  # arrives at 0.0
+    clock.now = 3.0
+    answered_at["job"] = 2.5  # the broker, asked at 2.5: nothing of the jobs source left
+    merger.add("ecc", 20, "ecc20")  # arrives at 3.0, after that answer
+    assert list(merger.release()) == ["job5", "ecc10"]  # ecc20 might pass a job copy still coming
+    merger.add("job", 15, "job15")  # it was: re-keyed after 2.5
+    clock.now = 6.0
+    answered_at["job"] = 5.5  # asked again: drained as of 5.5, after ecc20 came
+    assert list(merger.release()) == ["job15", "ecc20"]
