@@ -51,11 +51,12 @@ PARTITIONS = 4
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], dict[str, list[dict]], str]:
-    """A simulated 60-node cluster, 40 days (a backlog that outlasts five kills), and what the embedded
-    replay makes of it."""
+    """A simulated 60-node cluster, 40 days with DCGM scrapes every 2 h (~250,000 records: a backlog
+    that outlasts five kills even now that a worker goes faster), and what the embedded replay makes
+    of it."""
     folder = tmp_path_factory.mktemp("failover")
     sim = folder / "sim"
-    cli({}, "simulate", "--nodes", "60", "--days", "40", "--seed", "21", "--ecc-interval-minutes", "720",
+    cli({}, "simulate", "--nodes", "60", "--days", "40", "--seed", "21", "--ecc-interval-minutes", "120",
         "--out", str(sim))  # fmt: skip
     inputs = [sim / "kernel.log", sim / "sacct.txt", sim / "dcgm.prom"]
     store = folder / "embedded"
