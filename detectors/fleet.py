@@ -246,14 +246,15 @@ class FleetCore:
         self._owner_reported: dict[str, int] = {}  # user -> their last failure reported
         #: Per user, the lemon signals their application evidence added before their errors were
         #: seen to follow them: (signal, node, event time, job id), taken back once they are.
-        self._user_counted: dict[str, list[tuple[str, str, int, str]]] = {}
+        self._user_counted: dict[str, deque[tuple[str, str, int, str]]] = {}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Unpickle, also a checkpoint from before job-aware verdicts: their state starts empty."""
         state.setdefault("_user_runs", {})
         state.setdefault("_user_app_failures", {})
         state.setdefault("_owner_reported", {})
-        state.setdefault("_user_counted", {})
+        # Kept in lists before they were deques.
+        state["_user_counted"] = {user: deque(c) for user, c in state.get("_user_counted", {}).items()}
         self.__dict__.update(state)
 
     # -- input ---------------------------------------------------------------------------------
@@ -426,10 +427,10 @@ class FleetCore:
         """Remember a lemon signal a user's application evidence added (for :meth:`_take_back`)."""
         if not user:
             return
-        counted = self._user_counted.setdefault(user, [])
+        counted = self._user_counted.setdefault(user, deque())
         since = ts_ms - self.config.owner_window_ms
         while counted and counted[0][2] <= since:  # older than the window that could flag the user
-            counted.pop(0)
+            counted.popleft()
         counted.append((signal, node, ts_ms, job_id))
 
     def _take_back(self, user: str) -> None:

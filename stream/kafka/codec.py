@@ -137,11 +137,7 @@ def decode_message(
     >>> [getattr(i, "xid", None) or i.location for i in items]
     [79, 'offset 6 line 2', 79]
     """
-    for location, line in message_lines(value, offset):
-        try:
-            yield decode_record(kind, line, source, location)
-        except InvalidRecord as error:
-            yield error
+    return (item for item, _line in decode_message_lines(kind, value, source, offset))
 
 
 def decode_message_lines(

@@ -97,13 +97,6 @@ class EventTimeMerger(Generic[T]):
                 idle.append((state.newest_ms, drained_at))
         return (min(active) if active else None), idle
 
-    def low_watermark(self) -> int | None:
-        """Event time up to which every active source has delivered (None: nothing to release)."""
-        active, _ = self._progress()
-        if active is None:
-            return self._heap[0][0] + 2**62 if self._heap else None  # all idle: release everything
-        return active
-
     def __len__(self) -> int:
         return len(self._heap)
 
