@@ -11,10 +11,12 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from detectors.core import CoreConfig
 from detectors.mttf import SizeBuckets
+
+if TYPE_CHECKING:
+    from detectors.core import CoreConfig
 
 __all__ = ["ENV_PREFIX", "Settings", "SettingsError"]
 
@@ -272,6 +274,10 @@ class Settings:
 
     def core_config(self) -> CoreConfig:
         """The detection core's configuration."""
+        # Imported here: the core's modules (River among them) are for the commands that run it,
+        # not for every command that reads a setting (init-kafka, tail, --help).
+        from detectors.core import CoreConfig
+
         try:
             windows = _ints(self.windows_seconds)
             buckets = SizeBuckets(_ints(self.size_buckets))

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from clickhouse_connect.driver import options as _clickhouse_options
 from clickhouse_connect.driver.client import Client
 
 from detectors.core import EccRow, Emitted
@@ -28,6 +29,12 @@ from schemas.outputs import DeadLetter, Incident, JobAttribution, MttfPartial
 from schemas.records import ECC_COUNTERS, JobEvent, XidEvent
 
 __all__ = ["ClickHouseSink", "SinkFlushError", "flush_with_retry", "retry_delays"]
+
+# clickhouse-connect imports pandas (installed beside chdb) on the first insert, only to ask
+# whether the rows are a DataFrame: most of a second of a restarted worker's first commit point,
+# which is its failover time. The sink hands it lists, never frames.
+if "pd" not in vars(_clickhouse_options):
+    _clickhouse_options.pd = None
 
 #: The longest wait between two tries of a failed flush.
 MAX_RETRY_DELAY_S = 30.0
