@@ -271,6 +271,9 @@ class LemonTracker:
         verdicts = []
         for name in sorted(self._nodes):
             state = self._nodes[name]
+            counts = {s: len(state.signals[s]) for s in SIGNALS}
+            if not any(counts.values()) and self.config.threshold > 0:
+                continue  # nothing seen: every surprise is 0 (most of a healthy fleet)
             days = exposure[name]
             rates = {}
             for s in names:
@@ -280,7 +283,6 @@ class LemonTracker:
                     count, others = top_counts[s][0] + counts_of[name][s], top_days[s][0] + days
                 others = total_exposure - others
                 rates[s] = (totals[s] - count) / others if others > 0 else 0.0
-            counts = {s: len(state.signals[s]) for s in SIGNALS}
             runs = len(state.signals["job_runs"])
             load = (runs + 1) / (rates["job_runs"] * days + 1)
             expected = {

@@ -30,6 +30,7 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from functools import cache
 from typing import Final
 
 from detectors.xid_nvidia import NVLINK_DECODE, XIDS, NvidiaXid, NvlinkDecodeRow
@@ -480,6 +481,7 @@ def _from_policy(entry: NvidiaXid, bucket: str, basis: str, **changes: object) -
     return replace(info, **changes) if changes else info  # type: ignore[arg-type]
 
 
+@cache  # one XidInfo a code (frozen): every XID line of a storm asks for its code's again
 def _base(entry: NvidiaXid) -> XidInfo:
     """The classification of a code from the mapping and the deviations, before any message rule."""
     deviation = _DEVIATION_OF.get(entry.code)
