@@ -517,11 +517,7 @@ class EccSample:
         if type(value) is dict and cls is EccSample:
             get = value.get
             ts = get("ts")
-            cluster = get("cluster")
-            node = get("node")
-            gpu = get("gpu")
             pci = get("pci_bus_id")
-            raw_counters = get("counters")
             try:
                 ts_ms = ts if type(ts) is int else parse_iso_ts(ts) if type(ts) is str else None
                 pci_bus_id = (
@@ -533,39 +529,73 @@ class EccSample:
                 )
             except ValueError:
                 ts_ms = pci_bus_id = None
-            if (
-                ts_ms is not None
-                and TS_MIN_MS <= ts_ms < TS_MAX_MS
-                and pci_bus_id is not None
-                and type(cluster) is str
-                and cluster.strip()
-                and type(node) is str
-                and node.strip()
-                and (gpu is None or (type(gpu) is int and 0 <= gpu <= MAX_UINT16))
-                and (gpu is not None or pci_bus_id)
-                and type(raw_counters) is dict
-                and raw_counters.keys() <= _ECC_COUNTER_NAMES
-            ):
-                for count in raw_counters.values():
-                    if (
-                        type(count) is not int
-                        or not 0 <= count <= MAX_UINT64
-                        or (count >= _INT32_BLANK and _is_blank(count))
-                    ):
-                        break
-                else:
-                    twin = _ECC_TWIN()
-                    twin.ts_ms = ts_ms
-                    twin.cluster = cluster
-                    twin.node = node
-                    twin.gpu = gpu
-                    twin.pci_bus_id = pci_bus_id
-                    twin.counters = raw_counters.copy()  # the record owns its counters, as before
-                    twin.source = source
-                    twin.__class__ = EccSample
-                    sample: EccSample = twin
+            if ts_ms is not None and pci_bus_id is not None:
+                raw_counters = get("counters")
+                sample = cls.from_fields(
+                    ts_ms,
+                    get("cluster"),
+                    get("node"),
+                    get("gpu"),
+                    pci_bus_id,
+                    raw_counters.copy() if type(raw_counters) is dict else raw_counters,
+                    source,
+                )
+                if sample is not None:
                     return sample
         return cls._from_dict_checked(value, source)
+
+    @staticmethod
+    def from_fields(
+        ts_ms: int,
+        cluster: object,
+        node: object,
+        gpu: object,
+        pci_bus_id: str,
+        counters: object,
+        source: str = "",
+    ) -> EccSample | None:
+        """The sample of fields already decoded (``pci_bus_id`` canonical or ``""``), if each holds
+        what :meth:`from_dict` accepts; None if any might not (then :meth:`from_dict` decides, and
+        names the fault). ``counters`` becomes the sample's own: pass a dict no one else keeps.
+
+        The worker's decoder (``stream.kafka.codec``) calls it with the fields of a typed JSON
+        decoding, :meth:`from_dict` with those of a JSON object.
+
+        >>> EccSample.from_fields(1704067200000, "c", "n", 0, "", {"sbe_volatile": 2}).counters
+        {'sbe_volatile': 2}
+        >>> EccSample.from_fields(1704067200000, "c", "n", 0, "", {"sbe_volatile": -2}) is None
+        True
+        """
+        if not (
+            TS_MIN_MS <= ts_ms < TS_MAX_MS
+            and type(cluster) is str
+            and cluster.strip()
+            and type(node) is str
+            and node.strip()
+            and (gpu is None or (type(gpu) is int and 0 <= gpu <= MAX_UINT16))
+            and (gpu is not None or pci_bus_id)
+            and type(counters) is dict
+            and counters.keys() <= _ECC_COUNTER_NAMES
+        ):
+            return None
+        for count in counters.values():
+            if (
+                type(count) is not int
+                or not 0 <= count <= MAX_UINT64
+                or (count >= _INT32_BLANK and _is_blank(count))
+            ):
+                return None
+        twin = _ECC_TWIN()
+        twin.ts_ms = ts_ms
+        twin.cluster = cluster
+        twin.node = node
+        twin.gpu = gpu
+        twin.pci_bus_id = pci_bus_id
+        twin.counters = counters
+        twin.source = source
+        twin.__class__ = EccSample
+        sample: EccSample = twin
+        return sample
 
     @classmethod
     def _from_dict_checked(cls, value: object, source: str) -> EccSample:

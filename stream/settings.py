@@ -172,16 +172,17 @@ class Settings:
         "commit offsets at least this often (and whenever a batch holds `sink_batch_rows`).",
     )
     worker_publish_seconds: float = setting(
-        0.25,
+        0.1,
         "Worker: incident updates waiting for the commit point are published sooner, at most this long "
         "after they were decided (ClickHouse flush, then the incidents topic; no checkpoint, no offset "
         "commit). 0: only at commit points.",
     )
     worker_idle_seconds: float = setting(
-        2.0,
-        "Worker: an input partition silent this long, with nothing left to read, no longer holds back "
-        "the event-time merge. Lower it (0.5) for live low latency; higher is safer for replays whose "
-        "topics are published unevenly.",
+        0.25,
+        "Worker: an input partition silent this long, with nothing left to read (as the broker said "
+        "after the held record arrived), no longer holds back the event-time merge. A live stream's "
+        "sparse jobs topic holds every XID after a job change this long; raise it (2) for publishers "
+        "that send a topic's records later than those of the other topics.",
     )
     worker_fleet_idle_seconds: float = setting(
         30.0,

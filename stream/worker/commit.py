@@ -155,7 +155,9 @@ class CommitPoint:
         await self.hand_over(state, idle)
         if not still_ours():
             return
+        started = time.perf_counter()
         size = await self.checkpoints.save(state.checkpoint())
+        state.checkpoint_seconds = time.perf_counter() - started
         self.metrics.checkpoints_written.inc()
         self.metrics.checkpoint_bytes.labels(str(state.partition)).set(size)
         self.metrics.checkpoint_timestamp.labels(str(state.partition)).set_to_current_time()

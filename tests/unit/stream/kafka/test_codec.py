@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import itertools
 import json
+import random
 from pathlib import Path
 
 import jsonschema
+import orjson
 
-from schemas.records import InvalidRecord, JobEvent, JobState, XidEvent
+from schemas.records import EccSample, InvalidRecord, JobEvent, JobState, XidEvent
 from stream.inputs.files import LateRecord, MergedInputs
 from stream.inputs.parsers.options import ParseOptions
-from stream.kafka.codec import decode_message, encode_record, partition_for_key, record_key
+from stream.kafka.codec import decode_message, decode_record, encode_record, partition_for_key, record_key
 from stream.kafka.publish import MessageBatcher
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -89,3 +93,56 @@ def test_a_message_without_a_value_is_one_dead_letter() -> None:
     [item] = list(decode_message("job", None, "jobs/0", 12))
     assert isinstance(item, InvalidRecord)
     assert item.location == "offset 12" and item.reason.startswith("not JSON") and item.raw == b""
+
+
+# The typed decoder of ECC lines (msgspec) beside the reference path (orjson + from_dict's own
+# validator): mutated lines, raw bytes included, give the same sample or the same dead-letter reason.
+_ECC_BASE = {"ts": 1705314225000, "cluster": "c", "node": "n", "gpu": 0, "pci_bus_id": "00000000:07:00.0",
+             "counters": {"sbe_volatile": 3, "dbe_volatile": 0}}  # fmt: skip
+_ECC_MUTATIONS = [
+    None, 0, -1, 1, True, 1.0, 1.5, "", " ", "x", "2024-01-15T10:23:45.5+01:00", "2024-02-30T00:00:00Z",
+    "PCI:0000:3B:00", "nonsense", [], {}, {"sbe_volatile": 1}, {"bogus": 1}, {"sbe_volatile": -1},
+    {"sbe_volatile": True}, {"sbe_volatile": 1.0}, {"sbe_volatile": 2**64}, {"sbe_volatile": 2**31 - 8},
+    10**20, 2**63, 946_684_799_999, 4_102_444_800_000,
+]  # fmt: skip
+
+
+def _reference_ecc(line: bytes):
+    try:
+        document = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return "not json"
+    try:
+        record = EccSample.from_dict(document, "t/0:offset 1")
+    except InvalidRecord as exc:
+        return "rejected", exc.reason
+    return "accepted", dataclasses.astuple(record)
+
+
+def _decoded_ecc(line: bytes):
+    try:
+        record = decode_record("ecc", line, "t/0", "offset 1")
+    except InvalidRecord as exc:
+        return "not json" if exc.reason.startswith("not JSON") else ("rejected", exc.reason)
+    return "accepted", dataclasses.astuple(record)
+
+
+def test_the_typed_ecc_decoder_agrees_with_the_reference_validator():
+    rng = random.Random(20261201)
+    keys = [*_ECC_BASE, "extra"]
+    outcomes = set()
+    for n in range(3000):
+        document = copy.deepcopy(_ECC_BASE)
+        for _ in range(rng.choice([0, 1, 1, 2, 3])):
+            key = rng.choice(keys)
+            if rng.random() < 0.15:
+                document.pop(key, None)
+            else:
+                document[key] = copy.deepcopy(rng.choice(_ECC_MUTATIONS))
+        line = json.dumps(document, separators=(",", ":") if n % 2 else None).encode()
+        if n % 50 == 0:
+            line = line[: rng.randrange(len(line))]  # truncated
+        got = _decoded_ecc(line)
+        assert got == _reference_ecc(line), line
+        outcomes.add(got[0] if isinstance(got, tuple) else got)
+    assert outcomes == {"accepted", "rejected", "not json"}
