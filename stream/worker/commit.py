@@ -107,6 +107,7 @@ class CommitPoint:
     async def publish(self, state: PartitionWorker, still_ours: Callable[[], bool]) -> bool:
         """Steps 1 and 2: flush the partition's batch, then send its incident updates and dead
         letters and wait for the acks; False if the partition stopped being ours meanwhile."""
+        started = time.perf_counter()
         if not await self.flush_sink(state.partition, still_ours):
             return False
         deliveries = [
@@ -120,6 +121,7 @@ class CommitPoint:
         self.metrics.incidents_out.inc(len(state.incidents))
         state.incidents.clear()
         state.last_publish = time.monotonic()
+        state.publish_seconds = time.perf_counter() - started
         return True
 
     async def hand_over(self, state: PartitionWorker, idle: bool) -> None:

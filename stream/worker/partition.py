@@ -55,8 +55,12 @@ class PartitionWorker:
     #: Seconds the last checkpoint took to encode and write: the next commit point waits at least
     #: :data:`CHECKPOINT_COST_FACTOR` times that (see :meth:`commit_interval`).
     checkpoint_seconds: float = 0.0
-    #: When the incident updates of the partition were last published (at a commit point or sooner).
+    #: When the incident updates of the partition were last published (at a commit point or sooner),
+    #: and how long that took (a ClickHouse flush, then the incidents' acks).
     last_publish: float = field(default_factory=time.monotonic)
+    publish_seconds: float = 0.0
+    #: Records of the partition's last message: turns a backlog of messages into one of records.
+    records_a_message: int = 1
     #: Whether the partition was behind a backlog when last looked at (it commits on catching up).
     behind: bool = False
     #: What goes to the fleet stage at the next commit point (before the checkpoint).
@@ -76,6 +80,15 @@ class PartitionWorker:
     #: The consumer group generation in which this worker took the partition (its checkpoints
     #: carry it: a stale owner's cannot replace a newer owner's).
     generation: int = -1
+
+    def horizon_crossed_period(self) -> bool:
+        """Whether the fleet horizon entered a storm-baseline period after the one last handed
+        over (a baseline the fleet stage can decide now)."""
+        horizon, handed = self.fleet_horizon_ms, self.handed_horizon_ms
+        if horizon is None or handed is None:
+            return False
+        period = self.core.config.storm_baseline_period_ms
+        return horizon // period > handed // period
 
     def commit_interval(self, flush_seconds: float) -> float:
         """Seconds between two commit points: ``flush_seconds``, or longer when the checkpoint is

@@ -62,8 +62,12 @@ _REKEY_BATCH = -1
 #: idle source waits for the next answer (0.5 s made that a third of the event-to-incident latency).
 _REFRESH_SECONDS = 0.1
 #: A partition this close to its end is live: incident updates go out without waiting for the
-#: commit point (a third of a second of a producer at 5,000 records/s, 25 records a message).
-_LIVE_BACKLOG_MESSAGES = 64
+#: commit point (a third of a second of a producer at 5,000 records/s). Counted in records (the
+#: messages behind times the records of the last one): 64 messages of 256 records each are over a
+#: second of work, and publishing every 0.1 s through it cost a ClickHouse flush each time.
+_LIVE_BACKLOG_RECORDS = 1600
+#: Incident updates go out early at most every this many times the last early flush took.
+_PUBLISH_COST_FACTOR = 4.0
 #: A partition with more to read that delivered nothing for this long is read again.
 STALL_SECONDS = 15.0
 
@@ -183,6 +187,7 @@ class WorkerRuntime:
         if good:
             self.policy.good(source, good)
             self.metrics.records_in.labels(topic).inc(good)
+            state.records_a_message = good
         await self._release(state)
 
     async def rekey(self, event: Any) -> None:
@@ -548,11 +553,18 @@ class WorkerRuntime:
 
     async def _release(self, state: PartitionWorker) -> None:
         self.metrics.late_events.inc(state.process_released())
+        if state.horizon_crossed_period():
+            # The fleet stage decides a period's storm baseline once every partition's horizon
+            # has passed the period before it; XIDs that could storm wait for it. Handed over only
+            # at commit points, a backlog waited for one at each day boundary (the worker ran at
+            # a third of the embedded replay's speed). Early facts are safe: a partition restarted
+            # from its checkpoint hands the same facts over again and the stage drops repeats.
+            await self.commit_point.hand_over(state, state.announced_idle)
         backlog = self._backlog(state)
         # The end of a backlog (a restart, a replay of history): commit at once rather than up to
         # a flush interval later, so the group's lag reads 0 as soon as it is true.
         caught_up = state.behind and backlog == 0
-        state.behind = backlog > _LIVE_BACKLOG_MESSAGES
+        state.behind = backlog * state.records_a_message > _LIVE_BACKLOG_RECORDS
         if self._commit_due(state, caught_up):
             await self.commit(state)
         elif self._publish_due(state, backlog):
@@ -570,13 +582,15 @@ class WorkerRuntime:
         """Incident updates wait at most ``worker_publish_seconds`` for the commit point — once
         the partition is live. Behind a backlog the evidence is older than the commit interval
         anyway, and each early publication costs a ClickHouse flush (one every quarter second
-        took a fifth of a worker's time on replayed history)."""
+        took a fifth of a worker's time on replayed history): they are spaced by a few times what
+        the last one took."""
         every = self.settings.worker_publish_seconds
         return (
             bool(state.incidents)
             and every > 0
-            and time.monotonic() - state.last_publish >= every
-            and backlog <= _LIVE_BACKLOG_MESSAGES
+            and time.monotonic() - state.last_publish
+            >= max(every, _PUBLISH_COST_FACTOR * state.publish_seconds)
+            and backlog * state.records_a_message <= _LIVE_BACKLOG_RECORDS
         )
 
     def _backlog(self, state: PartitionWorker) -> int:
