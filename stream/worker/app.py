@@ -185,7 +185,6 @@ def build_app(settings: Settings, security: KafkaSecurity | None = None) -> faus
         # tick is overlapping" again and again on healthy workers; here the next tick starts later.
         while not app.should_stop:
             await app.sleep(interval)
-            await runtime.refresh()  # broker requests, without holding the agent up
             async with runtime.lock:
                 try:
                     await runtime.tick()
@@ -194,6 +193,15 @@ def build_app(settings: Settings, security: KafkaSecurity | None = None) -> faus
                     _log.error("stopping the worker so that it is restarted: %s", exc)
                     await app.crash(exc)
                     return
+
+    @app.task
+    async def refresh() -> None:
+        # The broker requests of the timer, in a loop of their own: without the agent's lock, and
+        # without holding the tick up (an answer can take most of a second under load, and the
+        # tick applies what the fleet stage decided).
+        while not app.should_stop:
+            await app.sleep(interval)
+            await runtime.refresh()
 
     @app.on_partitions_revoked.connect
     async def forget_revoked(_app: Any, revoked: set[Any], **_: Any) -> None:

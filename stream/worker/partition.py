@@ -61,7 +61,8 @@ class PartitionWorker:
     publish_seconds: float = 0.0
     #: Records of the partition's last message: turns a backlog of messages into one of records.
     records_a_message: int = 1
-    #: Whether the partition was behind a backlog when last looked at (it commits on catching up).
+    #: Whether the partition has been behind a backlog since its last commit point (it commits
+    #: as soon as it catches up).
     behind: bool = False
     #: What goes to the fleet stage at the next commit point (before the checkpoint).
     fleet_facts: list[FleetFact] = field(default_factory=list)
@@ -85,8 +86,10 @@ class PartitionWorker:
         """Whether the fleet horizon entered a storm-baseline period after the one last handed
         over (a baseline the fleet stage can decide now)."""
         horizon, handed = self.fleet_horizon_ms, self.handed_horizon_ms
-        if horizon is None or handed is None:
+        if horizon is None:
             return False
+        if handed is None:
+            return True  # nothing handed over yet (a new partition's first commit point is seconds away)
         period = self.core.config.storm_baseline_period_ms
         return horizon // period > handed // period
 

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import math
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -127,6 +128,8 @@ class WorkerRuntime:
         self._sources = sorted(topics.kinds.values())
         self._topic_of = {kind: topic for topic, kind in topics.kinds.items()}
         self._rekeyed: dict[int, int] = {}  # jobs partition -> last offset whose copies were delivered
+        #: Jobs messages re-keyed whose copies are on their way: (partition, offset, delivery).
+        self._rekey_pending: deque[tuple[int, int, asyncio.Future[Any]]] = deque()
         self._rekeyed_committed: dict[int, int] = {}
         #: End offsets of the input partitions, refreshed by the timer (Faust's highwater is only
         #: known once a fetch returned).
@@ -232,13 +235,29 @@ class WorkerRuntime:
             )
             for partition, lines in sorted(copies.items())
         ]
-        await asyncio.gather(*sends)  # delivered before the job message may be committed
+        delivered = asyncio.gather(*sends)
         if bad:
+            await delivered
             await self.dead_letters.deliver(_REKEY_BATCH)
             async with self.lock:
                 if not await self.commit_point.flush_sink(_REKEY_BATCH, lambda: True):
                     return
-        self._rekeyed[message.partition] = message.offset  # committed by tick()
+        # The copies are delivered before the job message may be committed, but the next message
+        # is re-keyed meanwhile: waiting for each message's acks in turn re-keyed ~30 messages a
+        # second, and every partition's merge waited for the jobs (the producer keeps each
+        # partition's copies in order, so the offsets settle in order too).
+        self._rekey_pending.append((message.partition, message.offset, delivered))
+        self._settle_rekeyed()
+
+    def _settle_rekeyed(self) -> None:
+        """Mark the jobs messages whose copies have all been delivered, oldest first, as re-keyed
+        (committed by the timer). A failed delivery stops the worker here: nothing after it is
+        committed, and the next owner re-keys from the last commit."""
+        pending = self._rekey_pending
+        while pending and pending[0][2].done():
+            partition, offset, delivered = pending.popleft()
+            delivered.result()
+            self._rekeyed[partition] = offset
 
     def _stale(self, message: Any) -> bool:
         """Fetched before a rebalance: whoever owns the partition now reads it again from the
@@ -563,8 +582,9 @@ class WorkerRuntime:
         backlog = self._backlog(state)
         # The end of a backlog (a restart, a replay of history): commit at once rather than up to
         # a flush interval later, so the group's lag reads 0 as soon as it is true.
+        if backlog * state.records_a_message > _LIVE_BACKLOG_RECORDS:
+            state.behind = True  # until the next commit point
         caught_up = state.behind and backlog == 0
-        state.behind = backlog * state.records_a_message > _LIVE_BACKLOG_RECORDS
         if self._commit_due(state, caught_up):
             await self.commit(state)
         elif self._publish_due(state, backlog):
@@ -653,6 +673,7 @@ class WorkerRuntime:
         """The timer's requests to the broker, made without the lock so the agent keeps applying
         meanwhile (each answer can take a second under load): commit the re-keyed jobs, learn
         how far the inputs go, and the end offsets the stall watch compares with."""
+        self._settle_rekeyed()
         await self.commit_point.commit_rekeyed(self.topics.jobs, self._rekeyed, self._rekeyed_committed)
         await self._refresh_progress()
         await self._fetch_stall_ends()
@@ -661,13 +682,15 @@ class WorkerRuntime:
     async def tick(self) -> None:
         """Under the lock, after :meth:`refresh`: read stalled partitions again, release what idle
         sources hold back, reach due commit points and refresh the gauges."""
+        await self._restore_held()
+        await self._run_fleet_stage()
+        # After the stage: the baselines it just decided (the owner's) are learnt in this tick,
+        # not the next one (a backlog's XIDs that could storm wait for them at each day).
         if self._new_baselines:
             new, self._new_baselines = self._new_baselines, {}
             self.baselines.update(new)
             for state in self.partitions.values():
                 state.learn_baselines(new)
-        await self._restore_held()
-        await self._run_fleet_stage()
         await self._announce_idle()
         await self._watch_for_stalls()
         for state in list(self.partitions.values()):
@@ -752,6 +775,7 @@ class WorkerRuntime:
             if tp.topic == self.topics.jobs:
                 self._rekeyed.pop(tp.partition, None)
                 self._rekeyed_committed.pop(tp.partition, None)
+                self._rekey_pending = deque(p for p in self._rekey_pending if p[0] != tp.partition)
             if tp.topic in self.topics.kinds and tp.partition in self.partitions:
                 self._drop(tp.partition)
 
