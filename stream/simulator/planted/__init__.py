@@ -9,8 +9,10 @@ kind              what                                            module
 ================  ==============================================  ============================
 ecc_degradation   SBE rate of a GPU grows to an uncorrectable     :mod:`.degradation`
                   error (a ``critical_hw`` fault of the cluster)
-xid_storm         hundreds of application XIDs from one GPU of    :mod:`.storms`
-                  a running job, which may die of it
+job_xid_storm     hundreds of application XIDs from one GPU of    :mod:`.storms`
+                  a running job, which may die of it (the job's)
+xid_storm         hundreds of hardware-class XIDs (92) from one   :mod:`.storms`
+                  GPU, whatever job runs there (the GPU's)
 nvlink_flapping   bursts of non-fatal XID 144 for hours           :mod:`.flapping`
 lemon_node        a node failing ``lemon_fault_multiplier`` x as  :mod:`.lemons`
                   often, with extra application XIDs
@@ -55,7 +57,9 @@ from stream.simulator.planted.lemons import (
 from stream.simulator.planted.noise import MaintenanceRecord, plan_maintenance, plan_sbe_blips
 from stream.simulator.planted.rates import FaultRates, fault_rates
 from stream.simulator.planted.storms import (
+    FAULT_KIND_JOB_XID_STORM,
     FAULT_KIND_XID_STORM,
+    GPU_STORM_XIDS,
     STORM_XIDS,
     StormDraw,
     StormRecord,
@@ -68,9 +72,11 @@ from stream.simulator.planted.storms import (
 __all__ = [
     "DEGRADATION_FAILURE_TEMPLATES",
     "FAULT_KIND_ECC_DEGRADATION",
+    "FAULT_KIND_JOB_XID_STORM",
     "FAULT_KIND_LEMON_NODE",
     "FAULT_KIND_NVLINK_FLAPPING",
     "FAULT_KIND_XID_STORM",
+    "GPU_STORM_XIDS",
     "LEMON_MIN_CLUSTER_NODES",
     "NVLINK_FLAP_XID",
     "STORM_XIDS",
