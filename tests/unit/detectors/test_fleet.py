@@ -189,13 +189,21 @@ def partitioned(records: list[Record], partitions: int, seed: int) -> Outcome:
 @pytest.fixture(scope="module")
 def clusters(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Record]]:
     """The bundled example and four simulated clusters (32 to 400 nodes; two with under a week of
-    history; one with a user whose jobs crash wherever they run: job-aware verdicts are fleet-wide
+    history; one with job-aware cases: a user whose jobs crash wherever they run, one whose jobs
+    all crash on one node, storms of jobs and of faulty GPUs; job-aware verdicts are fleet-wide
     too)."""
     found = {"example": records_of(EXAMPLE)}
     for name, sim in {
         "60 nodes x 20 days": SimulationConfig(nodes=60, days=20, seed=11, ecc_interval_minutes=720),
         "120 nodes x 5 days": SimulationConfig(
-            nodes=120, days=5, seed=12, ecc_interval_minutes=720, crash_loop_users=1
+            nodes=120,
+            days=5,
+            seed=12,
+            ecc_interval_minutes=720,
+            crash_loop_users=2,
+            crash_loop_pinned_users=1,
+            xid_storm_rate=30.0,
+            xid_storm_gpu_fraction=0.5,
         ),
         "400 nodes x 10 days": SimulationConfig(nodes=400, days=10, seed=13, ecc_interval_minutes=1440),
         # The matrix's short-history lemon cell: verdicts from 2 days on, every 6 hours.
@@ -232,15 +240,17 @@ def test_the_simulated_clusters_have_lemons_storms_and_cross_partition_jobs(
     kinds = {i.kind for i in embedded(clusters["400 nodes x 10 days"]).incidents.values()}
     # The simulator's default storms are application XIDs of the one job on their node: the job's.
     assert {IncidentKind.LEMON_NODE, IncidentKind.JOB_XID_STORM} <= kinds
-    crash_loops = [
-        i
-        for i in embedded(clusters["120 nodes x 5 days"]).incidents.values()
-        if i.kind is IncidentKind.JOB_APP_ERRORS
-    ]
-    assert [i.evidence["owner"] for i in crash_loops] == [
-        "user016"
-    ]  # the crash-looping user, after 15 regular
-    assert len(crash_loops[0].evidence["nodes"]) > 1
+    aware = embedded(clusters["120 nodes x 5 days"]).incidents.values()
+    crash_loops = {i.evidence["owner"]: i for i in aware if i.kind is IncidentKind.JOB_APP_ERRORS}
+    # The crash-looping users, after 15 regular: user016's jobs all run on one node, user017's anywhere.
+    assert sorted(crash_loops) == ["user016", "user017"]
+    assert len(crash_loops["user016"].evidence["nodes"]) == 1 < len(crash_loops["user017"].evidence["nodes"])
+    pinned = crash_loops["user016"].evidence["nodes"][0]
+    assert not [i for i in aware if i.kind is IncidentKind.LEMON_NODE and i.node == pinned]
+    # Storms of jobs go to their owners, storms of faulty GPUs are the GPUs': both kinds happen.
+    job_storms = [i for i in aware if i.kind is IncidentKind.JOB_XID_STORM]
+    assert job_storms and all(i.evidence["owner"] for i in job_storms)
+    assert any(i.kind is IncidentKind.XID_STORM for i in aware)
     assert any(
         isinstance(r, JobEvent) and len({partition_of(n, 4) for n in r.nodes}) > 1
         for r in clusters["60 nodes x 20 days"]
