@@ -127,3 +127,42 @@ def test_job_aware_scores_count_false_lemons_and_incidents_routed_to_owners():
     )
     assert "false lemon verdicts 250.000 per 1000 node-days (2, 1 on the 2 nodes" in text
     assert "app-class incidents to job owners 1 of 2 (crash-looping users told: 1 of 1)" in text
+
+
+def test_a_jobs_storm_is_scored_by_its_owner_and_a_node_storm_on_it_is_a_false_alarm():
+    from dataclasses import replace
+
+    from stream.reports.evaluation import score_job_aware
+
+    end = "2024-01-01T11:00:00.000Z"
+    gpu_storm = FaultTruth("storm-1", "xid_storm", "n1", T0 + 10 * H, gpu=0, pci_bus_id="0000:07:00",
+                           job_id="j0", details={"end": end, "user": "bob"})  # fmt: skip
+    job_storm = FaultTruth("storm-2", "job_xid_storm", "n2", T0 + 10 * H, gpu=1, pci_bus_id="0000:0f:00",
+                           job_id="j1", details={"end": end, "user": "ann"})  # fmt: skip
+    rows = [
+        {**incident("xid_storm", "n1", "0000:07:00", T0 + 10 * H + 60_000), "incident_id": "a", "owner": ""},
+        # The job's storm judged the GPU's: a node verdict on a job's errors.
+        {**incident("xid_storm", "n2", "0000:0f:00", T0 + 10 * H + 60_000), "incident_id": "b", "owner": ""},
+        # The job's storm told to its owner: one incident per owner, naming the job.
+        {**incident("job_xid_storm", "n2", "0000:0f:00", T0 + 10 * H + 120_000), "incident_id": "c",
+         "owner": "ann", "jobs": ["j1"]},
+        # Another of ann's: it names no planted storm's job.
+        {**incident("job_xid_storm", "n3", "0000:07:00", T0 + 20 * H), "incident_id": "d", "owner": "ann",
+         "jobs": ["j9"]},
+    ]  # fmt: skip
+    scores = by_name(score_detectors(truth(gpu_storm, job_storm), rows))
+    storm, owned = scores["XID storm"], scores["job XID storm"]
+    assert (storm.truth, storm.detected, storm.false_positives) == (1, 1, 1)
+    assert (owned.truth, owned.detected, owned.false_positives) == (1, 1, 1)
+    assert owned.delays_h == (120_000 / H,)
+    aware = score_job_aware(replace(truth(gpu_storm, job_storm)), rows, crash_loop_nodes=[])
+    assert (
+        aware["job_storms"],
+        aware["job_storms_to_owners"],
+        aware["node_storm_verdicts_on_job_storms"],
+    ) == (
+        1,
+        1,
+        1,
+    )
+    assert (aware["app_incidents"], aware["app_incidents_to_owners"]) == (2, 1)
