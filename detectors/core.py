@@ -60,7 +60,8 @@ class CoreConfig:
         XID storm detector: window, and the fewest XIDs from one GPU that can make a storm (a
         job's storm too, :attr:`storm_owner_window_hours`).
     spread_window_hours, spread_min_events, spread_min_gpus
-        NVLink flapping detector: window, errors and distinct GPUs of one node it takes.
+        NVLink flapping detector: window, and the errors and distinct GPUs of one node it takes
+        (and :attr:`spread_min_bursts`).
     ecc_trend_window, ecc_trend_floor_per_day, ecc_trend_threshold
         ECC trend detector: samples tested together, the lowest baseline correctable rate, and
         the Poisson surprise (``-log10`` probability) that makes an anomaly.
@@ -77,6 +78,9 @@ class CoreConfig:
         is that job's (``job_xid_storm``, addressed to its owner, no node verdict); it is the
         GPU's (``xid_storm``) when the same GPU stormed under another user's job within this
         many hours before (evidence that stays with the GPU across users).
+    spread_min_bursts
+        NVLink flapping detector: the separate bursts (more than 10 minutes apart) the errors
+        must come in within the window; one burst is the links going down once (a reset).
     """
 
     windows_s: tuple[int, ...] = (3600, 86400)
@@ -91,7 +95,7 @@ class CoreConfig:
     storm_min_events: int = 10
     spread_window_hours: float = 24.0
     spread_min_events: int = 6
-    spread_min_gpus: int = 2
+    spread_min_gpus: int = 1
     ecc_trend_window: int = 4
     ecc_trend_floor_per_day: float = 1.0
     ecc_trend_threshold: float = 6.0
@@ -106,6 +110,7 @@ class CoreConfig:
     )
     # New fields go last: a worker checkpoint pickles the configuration as its values in order.
     storm_owner_window_hours: float = 168.0
+    spread_min_bursts: int = 2
 
     def __post_init__(self) -> None:
         if self.storm_owner_window_hours < 0:
@@ -239,6 +244,7 @@ class DetectionCore:
             window_hours=config.spread_window_hours,
             min_events=config.spread_min_events,
             min_gpus=config.spread_min_gpus,
+            min_bursts=config.spread_min_bursts,
         )
         self._storms: dict[tuple[str, str, str], Threshold] = {}
         # Job-aware storms: per GPU, the application-class burst of the one job running there, and
@@ -476,7 +482,11 @@ class DetectionCore:
         # Job-aware: an application-class XID of the one job running on the node is that job's
         # (its storm is the job's crash loop, told to its owner), anything else the GPU's.
         if info.category is XidCategory.NVLINK:
-            self._score_spread(event, gpu, IncidentKind.NVLINK_FLAPPING)
+            # Flapping is recurring *non-fatal* NVLink errors: a fatal one is a critical incident
+            # at its first line, and the burst the links log going down at the repair's reboot
+            # would make it look recurring.
+            if info.severity is not Severity.CRITICAL:
+                self._score_spread(event, gpu, IncidentKind.NVLINK_FLAPPING)
         elif (storm_run := self._storm_run(event)) is not None:
             self._score_job_storm(event, gpu, storm_run)
         else:

@@ -32,10 +32,11 @@ the incidents addressed to owners (``job_app_errors``, ``job_xid_storm``): how m
 right owner (a crash-looping user; the user of the storm's job), how many to anyone else.
 
 Censoring: a fault that began too close to the end of the simulated span to be observable as
-what it is (a degradation with less than a day of samples, a flapping link that had not yet
-spread past one GPU, a lemon with less than two days of history), or a lemon that had at most
-one critical fault in the span (no rule can tell it from a healthy node's bad luck), is counted
-as *censored*: shown, but out of the recall. An incident that
+what it is (a degradation with less than a day of samples, a flapping link that logged one burst
+only, a lemon with less than two days of history), a storm cut short by its job's end to fewer
+lines than the scenario's smallest storm,
+or a lemon that had at most one critical fault in the span (no rule can tell it from a healthy
+node's bad luck), is counted as *censored*: shown, but out of the recall. An incident that
 matches a censored fault is not a false positive.
 """
 
@@ -51,6 +52,7 @@ from clickhouse_connect.driver.client import Client
 from schemas.outputs import IncidentKind
 from schemas.timeutil import DAY_MS, HOUR_MS, parse_ts
 from stream.settings import Settings
+from stream.simulator.planted.flapping import FLAP_MIN_GAP_MS
 from stream.simulator.truth import FaultTruth, Truth
 from stream.sinks.store import query_rows
 
@@ -87,7 +89,7 @@ RULES = (
     _Rule("job XID storm (owner)", "job_xid_storm", frozenset({IncidentKind.JOB_XID_STORM}), None, False,
           HOUR_MS, by_job=True),
     _Rule("NVLink flapping (River)", "nvlink_flapping", frozenset({IncidentKind.NVLINK_FLAPPING}), None,
-          False, DAY_MS, min_gpus=2),
+          False, DAY_MS),
     _Rule("lemon nodes (fleet)", "lemon_node", frozenset({IncidentKind.LEMON_NODE}), None, False, 0,
           2 * DAY_MS),
 )  # fmt: skip
@@ -153,9 +155,19 @@ def _window(fault: FaultTruth, span_end_ms: int, slack_ms: int) -> tuple[int, in
     return (fault.onset_ms, end + slack_ms)
 
 
-def _censored(rule: _Rule, fault: FaultTruth, span_end_ms: int) -> bool:
-    if span_end_ms - fault.onset_ms < rule.observable_after_ms:
+def _censored(rule: _Rule, fault: FaultTruth, truth: Truth) -> bool:
+    if truth.span_end_ms - fault.onset_ms < rule.observable_after_ms:
         return True
+    lines = fault.details.get("lines")
+    if (
+        fault.kind in ("xid_storm", "job_xid_storm")
+        and isinstance(lines, int)
+        and lines < truth.config.xid_storm_lines_min
+    ):
+        return True  # cut short by its job's end: fewer lines than any storm the scenario plants
+    flapping = fault.kind == "nvlink_flapping"
+    if flapping and (fault.end_ms or truth.span_end_ms) - fault.onset_ms < FLAP_MIN_GAP_MS:
+        return True  # one burst before the span ended: no recurrence yet
     faults = fault.details.get("critical_faults")
     if fault.kind == "lemon_node" and isinstance(faults, int) and faults <= 1:
         return True  # at most one fault in the span: any healthy node's bad luck looks the same
@@ -205,7 +217,7 @@ def score_detectors(truth: Truth, incidents: Iterable[Mapping[str, Any]]) -> lis
     scores = []
     for rule in RULES:
         faults = [f for f in truth.faults if f.kind == rule.truth_kind]
-        censored = [f for f in faults if _censored(rule, f, truth.span_end_ms)]
+        censored = [f for f in faults if _censored(rule, f, truth)]
         candidates = [i for i in rows if _matches(rule, i)]
         used: set[int] = set()
         delays: list[float] = []
@@ -430,7 +442,7 @@ def score_alerts(
     delays: list[float] = []
     leads: list[float] = []
     missed: list[str] = []
-    censored = [f for f in faults if _censored(rule, f, truth.span_end_ms)]
+    censored = [f for f in faults if _censored(rule, f, truth)]
     for fault in faults:
         if truth_kind == "critical_hw":
             start, end = fault.onset_ms, fault.onset_ms + 6 * HOUR_MS
@@ -501,8 +513,9 @@ def compare_with_baselines(
 ) -> list[dict[str, Any]]:
     """Each detector and its baseline rules, scored alike: rows with ``kind`` and ``rule``
     (``detector`` or ``baseline``), so that a table shows them side by side. With ``inputs``, a
-    baseline row also has ``sweep``: the counts of the rule at each of its sweep thresholds
-    (``threshold``, ``truth``, ``detected``, ``incidents``, ``false_positives``)."""
+    baseline row also has ``sweep``: the rule at each of its sweep thresholds (``threshold``,
+    ``truth``, ``detected``, ``incidents``, ``false_positives``, ``median_delay_hours``,
+    ``median_lead_time_hours``)."""
     node_days = truth.config.nodes * (truth.span_end_ms - truth.span_start_ms) / DAY_MS
     out = []
     for rule in RULES:
@@ -533,6 +546,8 @@ def compare_with_baselines(
                             "detected": tried.detected,
                             "incidents": tried.incidents,
                             "false_positives": tried.false_positives,
+                            "median_delay_hours": tried.median_delay_h,
+                            "median_lead_time_hours": tried.median_lead_h,
                         }
                     )
             out.append(row)

@@ -137,9 +137,11 @@ def pool_rows(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             entry["cells"].add(result["cell"])
             entry["missed"] += [f"{result['cell']}/s{result['seed']}/{m}" for m in row["missed"]]
             for tried in row.get("sweep", ()):
-                counts = entry["sweep"].setdefault(tried["threshold"], [0, 0, 0, 0])
+                counts = entry["sweep"].setdefault(tried["threshold"], [0, 0, 0, 0, [], []])
                 for index, name in enumerate(("truth", "detected", "incidents", "false_positives")):
                     counts[index] += tried[name]
+                counts[4].append(tried.get("median_delay_hours"))
+                counts[5].append(tried.get("median_lead_time_hours"))
     out = []
     for entry in pooled.values():
         incidents, fp, truth = entry["incidents"], entry["false_positives"], entry["truth"]
@@ -171,6 +173,8 @@ def pool_rows(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                         "detected": c[1],
                         "incidents": c[2],
                         "false_positives": c[3],
+                        "median_delay_hours": _median(c[4]),
+                        "median_lead_hours": _median(c[5]),
                     }
                     for k, c in sorted(entry["sweep"].items())
                 ],
@@ -180,16 +184,20 @@ def pool_rows(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     for row in out:
         rival = detectors.get(row["kind"])
         row["precision_at_detector_recall"] = row["threshold_at_detector_recall"] = None
+        row["at_detector_recall"] = None
         if not row["sweep"] or rival is None or rival["recall"] is None:
             continue
         reaching = [
-            ((t["incidents"] - t["false_positives"]) / t["incidents"], t["detected"], t["threshold"])
+            ((t["incidents"] - t["false_positives"]) / t["incidents"], t["detected"], -t["threshold"], t)
             for t in row["sweep"]
             if t["truth"] and t["incidents"] and t["detected"] / t["truth"] >= rival["recall"] - 1e-9
         ]
         if reaching:
-            precision, _, threshold = max(reaching)
-            row["precision_at_detector_recall"], row["threshold_at_detector_recall"] = precision, threshold
+            # The best precision; among equals, the most found, then the lowest threshold (earliest).
+            precision, _, _, best = max(reaching, key=lambda item: item[:3])
+            row["precision_at_detector_recall"] = precision
+            row["threshold_at_detector_recall"] = best["threshold"]
+            row["at_detector_recall"] = best
     return out
 
 
@@ -236,11 +244,19 @@ def _fmt(value: float | None, pattern: str = "{:.2f}") -> str:
 
 
 def _at_recall(row: Mapping[str, Any]) -> str:
+    """The baseline at its best threshold for the detector's recall: precision (threshold, and its
+    median lead or delay)."""
     if not row.get("sweep"):
         return ""
-    if row.get("precision_at_detector_recall") is None:
+    best = row.get("at_detector_recall")
+    if best is None:
         return "never"
-    return f"{row['precision_at_detector_recall']:.2f} (>= {row['threshold_at_detector_recall']})"
+    timing = ""
+    if best.get("median_lead_hours") is not None:
+        timing = f", lead {best['median_lead_hours']:.1f} h"
+    elif best.get("median_delay_hours") is not None:
+        timing = f", delay {best['median_delay_hours']:.2f} h"
+    return f"{row['precision_at_detector_recall']:.2f} (>= {best['threshold']}{timing})"
 
 
 def render_matrix(results: Sequence[Mapping[str, Any]], seeds: Sequence[int]) -> str:
@@ -252,7 +268,7 @@ def render_matrix(results: Sequence[Mapping[str, Any]], seeds: Sequence[int]) ->
         "recall pool every cell that plants the kind (critical faults: all cells); lead and delay are "
         "medians of the cells' medians; FA/1k nd = false alarms per 1,000 node-days; P at det. R = the "
         "baseline rule's best precision at a threshold whose pooled recall reaches the detector's "
-        "(that threshold; never: no threshold tried does).",
+        "(that threshold, and the rule's median lead or delay there; never: no threshold tried does).",
         "",
         "| kind | rule | detector | cells | truth | found | alerts | precision | recall | P at det. R "
         "| med lead h | med delay h | FA/1k nd |",

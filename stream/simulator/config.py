@@ -113,6 +113,7 @@ class SimulationConfig:
     xid_storm_minutes_max: float = 180.0  # ... and at most
     xid_storm_gpu_fraction: float = 0.0  # storms that are a faulty GPU's (hardware XID 92), not a job's
     nvlink_flapping_rate: float = 0.5  # flapping NVLink episodes per 1000 node-days
+    nvlink_reset_burst_probability: float = 0.0  # reboots whose links log a burst of XID 144 going down
     dcgm_changed_only: bool = False  # write only DCGM series that changed since the last scrape
     crash_loop_users: int = 0  # users whose jobs crash wherever they run (application XIDs, FAILED)
     crash_loop_jobs_per_day: float = 24.0  # ... each submitting this many short single-node jobs a day
@@ -193,6 +194,7 @@ class SimulationConfig:
             "ecc_degradation_failure_probability": self.ecc_degradation_failure_probability,
             "xid_storm_kill_probability": self.xid_storm_kill_probability,
             "xid_storm_gpu_fraction": self.xid_storm_gpu_fraction,
+            "nvlink_reset_burst_probability": self.nvlink_reset_burst_probability,
         }
         for name, value in fractions.items():
             if not 0 <= value <= 1:

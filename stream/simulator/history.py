@@ -74,6 +74,7 @@ from stream.simulator.planted import (
     plan_degradations,
     plan_flapping,
     plan_maintenance,
+    plan_reset_bursts,
     plan_sbe_blips,
     plan_storms,
     storm_evidence,
@@ -226,6 +227,20 @@ def run_model(config: SimulationConfig) -> ClusterHistory:
     ecc_events += plan_sbe_blips(config, degrading_gpus, rng_blips)
     ecc_events += [EccEvent(item.ts_ms, EccEventKind.REBOOT, item.node, -1) for item in maintenance]
 
+    # Links going down at reboots (repairs and maintenance): their own stream, drawn only when on.
+    resets: list[XidRecord] = []
+    if config.nvlink_reset_burst_probability > 0:
+        rng_resets = np.random.Generator(np.random.PCG64(np.random.SeedSequence(config.seed).spawn(18)[17]))
+        reboots = sorted(
+            [
+                (fault.repaired_ms, fault.node)
+                for fault in faults
+                if fault.repaired_ms + 6 * SECOND_MS < config.end_ms
+            ]
+            + [(item.ts_ms, item.node) for item in maintenance]
+        )
+        resets = plan_reset_bursts(config, reboots, rng_resets)
+
     xids, kernel_lines = kernel_events(
         config,
         jobs,
@@ -233,7 +248,7 @@ def run_model(config: SimulationConfig) -> ClusterHistory:
         faults,
         rng_xids,
         rng_noise,
-        planted=[*storm_xids, *flap_xids, *lemon_xids(config, lemons, jobs, rng_lemon_xids)],
+        planted=[*storm_xids, *flap_xids, *lemon_xids(config, lemons, jobs, rng_lemon_xids), *resets],
         maintenance=maintenance,
         crash_loop_users=frozenset(crash_loop_user_names(config)),
     )

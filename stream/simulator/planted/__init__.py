@@ -19,8 +19,8 @@ lemon_node        a node failing ``lemon_fault_multiplier`` x as  :mod:`.lemons`
 ================  ==============================================  ============================
 
 Benign noise that no detector should flag (:mod:`.noise`): single SBE increments of 1 to 3 on a
-few percent of the GPUs, and maintenance reboots (volatile counters drop to 0) of nodes that have
-no fault.
+few percent of the GPUs, maintenance reboots (volatile counters drop to 0) of nodes that have
+no fault, and (when configured) a burst of NVLink XIDs as a rebooting node's links go down.
 
 **Rate split.** ``hardware_failure_rate`` stays the cluster-wide rate of critical faults per 1000
 node-days; :mod:`.rates` splits it between healthy nodes, lemons and degradation failures.
@@ -54,7 +54,13 @@ from stream.simulator.planted.lemons import (
     choose_lemons,
     lemon_xids,
 )
-from stream.simulator.planted.noise import MaintenanceRecord, plan_maintenance, plan_sbe_blips
+from stream.simulator.planted.noise import (
+    RESET_BURST_XID,
+    MaintenanceRecord,
+    plan_maintenance,
+    plan_reset_bursts,
+    plan_sbe_blips,
+)
 from stream.simulator.planted.rates import FaultRates, fault_rates
 from stream.simulator.planted.storms import (
     FAULT_KIND_JOB_XID_STORM,
@@ -79,6 +85,7 @@ __all__ = [
     "GPU_STORM_XIDS",
     "LEMON_MIN_CLUSTER_NODES",
     "NVLINK_FLAP_XID",
+    "RESET_BURST_XID",
     "STORM_XIDS",
     "DegradationPlan",
     "DegradationRecord",
@@ -94,6 +101,7 @@ __all__ = [
     "plan_degradations",
     "plan_flapping",
     "plan_maintenance",
+    "plan_reset_bursts",
     "plan_sbe_blips",
     "plan_storms",
     "storm_evidence",

@@ -129,8 +129,12 @@ def test_one_fault_is_one_episode_and_no_verdict_before_enough_history():
     assert tracker._nodes["n1"].signals["hw_incidents"] == deque([DAY_MS])
 
 
-def xid(ts, node="n1", code=13, bus="0000:07:00"):
-    return XidEvent(ts_ms=ts, cluster="c", node=node, xid=code, pci_bus_id=bus)
+def xid(ts, node="n1", code=13, bus="0000:07:00", message=""):
+    return XidEvent(ts_ms=ts, cluster="c", node=node, xid=code, pci_bus_id=bus, message=message)
+
+
+#: A non-fatal NVLink error (NVIDIA's decode sheet: ignore), as a flapping link logs it.
+NONFATAL_144 = "NVLink: SAW MVB non-fatal error, Link 03 (0x00000000 0x00000000 0x00000000 0x00000000)"
 
 
 def incidents_of(records, config=None):
@@ -227,9 +231,34 @@ def test_application_storms_that_follow_one_gpu_across_users_are_the_gpus():
     assert not of_kind(incidents_of(late), IncidentKind.XID_STORM)
 
 
+def test_one_burst_of_nvlink_errors_is_no_flapping_and_recurring_bursts_are():
+    """A GPU reset or reboot takes the node's links down at once: one burst of NVLink XIDs on
+    every GPU (NVIDIA: peers log NVLink errors "simply because the link went down"). That is no
+    flapping link, however many GPUs log it; the same errors coming back half an hour later are,
+    on one GPU too, from the first line of the second burst."""
+    buses = ["0000:07:00", "0000:0f:00", "0000:47:00", "0000:4e:00", "0000:87:00", "0000:90:00"]
+    reset = [xid(T0 + k * 300, code=144, bus=buses[k % 6], message=NONFATAL_144) for k in range(18)]
+    assert not of_kind(incidents_of(reset), IncidentKind.NVLINK_FLAPPING)
+    first = [xid(T0 + k * 1_000, code=144, message=NONFATAL_144) for k in range(5)]
+    again = [xid(T0 + 30 * 60_000 + k * 1_000, code=144, message=NONFATAL_144) for k in range(5)]
+    found = of_kind(incidents_of(first + again), IncidentKind.NVLINK_FLAPPING)
+    assert found and found[0].detected_ms == T0 + 30 * 60_000 and found[0].node == "n1"
+
+
+def test_a_fatal_nvlink_error_and_its_repairs_reboot_are_no_flapping():
+    """XID 74 (fatal: a critical incident at once), then, hours later, the burst its repair's reboot
+    logs as the links go down: two bursts of NVLink errors, but only one of them non-fatal."""
+    records = [xid(T0, code=74, message="NVLink: fatal error detected on link 5(0x0, 0x0, 0x10000)")]
+    records += [
+        xid(T0 + 8 * HOUR + k * 300, code=144, bus=f"0000:{k:02x}:00", message=NONFATAL_144) for k in range(8)
+    ]
+    found = incidents_of(records)
+    assert of_kind(found, IncidentKind.GPU_NVLINK) and not of_kind(found, IncidentKind.NVLINK_FLAPPING)
+
+
 def test_core_flags_nvlink_errors_spreading_over_a_node():
     buses = ["0000:07:00", "0000:0f:00", "0000:47:00"]
-    records = [xid(T0 + i * 30 * 60_000, code=144, bus=buses[i % 3]) for i in range(8)]
+    records = [xid(T0 + i * 30 * 60_000, code=144, bus=buses[i % 3], message=NONFATAL_144) for i in range(8)]
     found = [i for i in incidents_of(records) if i.kind == IncidentKind.NVLINK_FLAPPING]
     assert found and found[0].gpu == "" and found[0].node == "n1"
 

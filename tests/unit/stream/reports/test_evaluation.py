@@ -75,14 +75,22 @@ def test_detection_before_onset_or_after_the_window_does_not_count():
         assert by_name(score_detectors(truth(storm), rows))["XID storm"].detected == detected
 
 
-def test_faults_too_close_to_the_end_are_censored_not_missed():
+def test_faults_too_close_to_the_end_or_cut_short_are_censored_not_missed():
     late = FaultTruth("deg-2", "ecc_degradation", "n1", T0 + 40 * H, gpu=0, pci_bus_id="0000:07:00")
+    # A flapping link on one GPU is one (the detector no longer waits for a second GPU).
     unspread = FaultTruth(
         "flap-1", "nvlink_flapping", "n2", T0, details={"gpus": [3], "end": "2024-01-01T05:00:00Z"}
     )
-    scores = by_name(score_detectors(truth(late, unspread), []))
+    # A storm whose job ended after 3 of its lines: fewer than the scenario's smallest storm (40).
+    cut = FaultTruth("storm-1", "xid_storm", "n3", T0, gpu=0, pci_bus_id="0000:07:00",
+                     details={"end": "2024-01-01T00:01:00Z", "lines": 3})  # fmt: skip
+    # A flapping link that logged its first burst only, 20 s, before the span ended: no recurrence yet.
+    once = FaultTruth("flap-2", "nvlink_flapping", "n4", T0 + 47 * H, details={"end": "2024-01-02T23:00:20Z"})
+    scores = by_name(score_detectors(truth(late, unspread, cut, once), []))
     assert (scores["ECC trend"].truth, scores["ECC trend"].censored) == (0, ("deg-2",))
-    assert (scores["NVLink flapping"].truth, scores["NVLink flapping"].censored) == (0, ("flap-1",))
+    flapping = scores["NVLink flapping"]
+    assert (flapping.truth, flapping.missed, flapping.censored) == (1, ("flap-1",), ("flap-2",))
+    assert (scores["XID storm"].truth, scores["XID storm"].censored) == (0, ("storm-1",))
 
 
 def test_job_aware_scores_count_false_lemons_and_incidents_routed_to_owners():

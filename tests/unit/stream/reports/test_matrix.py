@@ -68,8 +68,8 @@ def test_pooled_rows_and_the_table():
          "comparison": [row("detector", "trend", 6, 5, 5, 0, 30.0), row("baseline", "fixed", 6, 6, 7, 1, 20.0)]},
     ]  # fmt: skip
     # The baseline at two more thresholds: at 1 it finds all ten (8 false alarms), at 5 eight.
-    results[0]["comparison"][1]["sweep"] = [sweep(1, 4, 4, 8, 4), sweep(5, 4, 2, 3, 1)]
-    results[1]["comparison"][1]["sweep"] = [sweep(1, 6, 6, 10, 4), sweep(5, 6, 6, 7, 1)]
+    results[0]["comparison"][1]["sweep"] = [sweep(1, 4, 4, 8, 4, 1.0), sweep(5, 4, 2, 3, 1)]
+    results[1]["comparison"][1]["sweep"] = [sweep(1, 6, 6, 10, 4, 3.0), sweep(5, 6, 6, 7, 1)]
     pooled = {r["detector"]: r for r in pool_rows(results)}
     assert pooled["trend"]["recall"] == 0.9 and pooled["trend"]["precision"] == 1.0
     assert pooled["trend"]["median_lead_hours"] == 40.0
@@ -86,13 +86,14 @@ def test_pooled_rows_and_the_table():
     table = render_matrix(results, (1,))
     assert "| ecc_degradation | detector | trend | 2 | 10 | 9 | 9 | 1.00 | 0.90 |  | 40.0 |" in table
     assert (
-        "| ecc_degradation | baseline | fixed | 2 | 10 | 8 | 10 | 0.80 | 0.80 | 0.56 (>= 1) | 15.0 |" in table
+        "| ecc_degradation | baseline | fixed | 2 | 10 | 8 | 10 | 0.80 | 0.80 | 0.56 (>= 1, delay 2.00 h) | 15.0 |"
+        in table
     )
 
 
-def sweep(threshold, truth, detected, incidents, fp):
+def sweep(threshold, truth, detected, incidents, fp, delay=None):
     return {"threshold": threshold, "truth": truth, "detected": detected, "incidents": incidents,
-            "false_positives": fp}  # fmt: skip
+            "false_positives": fp, "median_delay_hours": delay, "median_lead_time_hours": None}  # fmt: skip
 
 
 def test_the_critical_delays_lemon_share_and_job_aware_figures_pool_over_cells():
