@@ -81,6 +81,9 @@ class CoreConfig:
     spread_min_bursts
         NVLink flapping detector: the separate bursts (more than 10 minutes apart) the errors
         must come in within the window; one burst is the links going down once (a reset).
+    storm_baseline_min_gpus
+        The fleet's usual burst is never above what at least this many distinct GPUs reached
+        (:mod:`detectors.fleet`).
     """
 
     windows_s: tuple[int, ...] = (3600, 86400)
@@ -111,6 +114,7 @@ class CoreConfig:
     # New fields go last: a worker checkpoint pickles the configuration as its values in order.
     storm_owner_window_hours: float = 168.0
     spread_min_bursts: int = 2
+    storm_baseline_min_gpus: int = 10
 
     def __post_init__(self) -> None:
         if self.storm_owner_window_hours < 0:
@@ -133,6 +137,7 @@ class CoreConfig:
             quiet_period_ms=dict(self.quiet_period_by_kind_ms).get(
                 IncidentKind.LEMON_NODE, self.quiet_period_ms
             ),
+            baseline_min_gpus=self.storm_baseline_min_gpus,
         )
 
 

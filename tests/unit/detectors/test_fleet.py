@@ -336,7 +336,7 @@ def test_a_job_is_attributed_once_with_the_evidence_of_every_core() -> None:
 
 
 def test_the_storm_baseline_is_an_exact_quantile_of_peaks_two_periods_back() -> None:
-    fleet = FleetCore(FleetConfig(baseline_period_ms=DAY_MS), partitions=1)
+    fleet = FleetCore(FleetConfig(baseline_period_ms=DAY_MS, baseline_min_gpus=1), partitions=1)
     peaks = [FleetFact(HOUR_MS * h, PEAK, value=v) for h, v in ((1, 10), (2, 30), (30, 99))]
     fleet.add(0, peaks)
     fleet.advance(0, 3 * DAY_MS + 1)
@@ -344,3 +344,26 @@ def test_the_storm_baseline_is_an_exact_quantile_of_peaks_two_periods_back() -> 
     assert fleet.baseline(2 * DAY_MS) == 30.0  # the peaks of day 0 only
     assert fleet.baseline(3 * DAY_MS) == 99.0
     assert exact_quantile([10, 30], 0.99) == 30.0
+
+
+def test_a_burst_size_is_usual_only_when_many_gpus_reach_it() -> None:
+    """In a quiet 64-node fleet (the tuning case of the matrix's 10-20 line storms): a hundred
+    bursts of 1 or 2 XIDs, and four GPUs whose jobs' crashes logged 4 or 5. The 99th percentile is
+    the second-largest burst, 4, and a storm would need 12 lines; no ten GPUs ever reached 3, so the
+    usual burst is 2 and the floor of 10 decides."""
+    facts = [FleetFact(HOUR_MS + n, PEAK, f"n{n % 60}", key=f"g{n % 8}", value=1 + n % 2) for n in range(100)]
+    facts += [
+        FleetFact(2 * HOUR_MS + n, PEAK, f"n{n}", key="g0", value=v) for n, v in enumerate((4, 5, 4, 4))
+    ]
+    quantile_only = FleetCore(FleetConfig(baseline_min_gpus=1), partitions=1)
+    robust = FleetCore(FleetConfig(), partitions=1)
+    for fleet in (quantile_only, robust):
+        fleet.add(0, facts)
+        fleet.advance(0, 3 * DAY_MS + 1)
+    assert quantile_only.baseline(2 * DAY_MS) == 4.0
+    assert robust.baseline(2 * DAY_MS) == 2.0
+    # A fleet where every GPU's jobs log bursts of 30: that is usual, and stays the bar.
+    busy = FleetCore(FleetConfig(), partitions=1)
+    busy.add(0, [FleetFact(HOUR_MS + n, PEAK, f"n{n}", key="g0", value=30) for n in range(40)])
+    busy.advance(0, 3 * DAY_MS + 1)
+    assert busy.baseline(2 * DAY_MS) == 30.0
