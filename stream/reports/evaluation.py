@@ -581,8 +581,11 @@ def score_job_aware(
     node_days = truth.config.nodes * (truth.span_end_ms - truth.span_start_ms) / DAY_MS
     users = set(truth.crash_loop_users)
     # Job storms: the job's own application XIDs. Told to its owner, or judged a GPU's storm.
-    job_storms = [f for f in truth.faults if f.kind == "job_xid_storm"]
-    storm_jobs = {f.job_id: f.details.get("user", "") for f in job_storms if f.job_id is not None}
+    every_storm = [f for f in truth.faults if f.kind == "job_xid_storm"]
+    storm_jobs = {f.job_id: f.details.get("user", "") for f in every_storm if f.job_id is not None}
+    # Scored as the detectors' rows are: a storm its job's end cut short is censored.
+    smallest = truth.config.xid_storm_lines_min
+    job_storms = [f for f in every_storm if f.details.get("lines", smallest) >= smallest]
     node_storms = [i for i in rows if i["kind"] == IncidentKind.XID_STORM]
     owned = [i for i in rows if i["kind"] == IncidentKind.JOB_XID_STORM]
     judged = routed = 0
