@@ -259,6 +259,18 @@ def _at_recall(row: Mapping[str, Any]) -> str:
     return f"{row['precision_at_detector_recall']:.2f} (>= {best['threshold']}{timing})"
 
 
+def _lemons_scored(result: Mapping[str, Any]) -> str:
+    """The lemon detector's found of scored lemons in a cell, and the censored ones."""
+    row = next(
+        (r for r in result.get("comparison", ()) if r["kind"] == "lemon_node" and r["rule"] == "detector"),
+        None,
+    )
+    if row is None:
+        return "-"
+    censored = f" ({len(row['censored'])} censored)" if row.get("censored") else ""
+    return f"{row['detected']} of {row['truth']}{censored}"
+
+
 def render_matrix(results: Sequence[Mapping[str, Any]], seeds: Sequence[int]) -> str:
     """The pooled table (Markdown), the critical, lemon and job-aware figures, then each cell's
     detector rows and job-aware figures."""
@@ -330,7 +342,7 @@ def render_matrix(results: Sequence[Mapping[str, Any]], seeds: Sequence[int]) ->
         lines += [
             "",
             "| cell | seed | false lemons | on crash-loop nodes | on pinned nodes | crash-looping users told "
-            "| owner incidents to the right owner | lemon recall |",
+            "| owner incidents to the right owner | lemons found (scored) |",
             "|---|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for result in aware_cells:
@@ -341,7 +353,7 @@ def render_matrix(results: Sequence[Mapping[str, Any]], seeds: Sequence[int]) ->
                 f"| {cell.get('false_lemon_verdicts_on_pinned_nodes', 0)} "
                 f"| {cell['crash_loop_users_told']} of {cell['crash_loop_users']} "
                 f"| {cell['app_incidents_to_owners']} of {cell['app_incidents']} "
-                f"| {_fmt(result['lemon_nodes'].get('recall'))} |"
+                f"| {_lemons_scored(result)} |"
             )
     return "\n".join(lines)
 

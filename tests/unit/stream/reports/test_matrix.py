@@ -129,6 +129,7 @@ def test_the_critical_delays_lemon_share_and_job_aware_figures_pool_over_cells()
     assert "healthy nodes flagged 1 of 100 (1.00%)" in table
     assert "false lemon verdicts 2 (0.500 per 1,000 node-days" in table
     assert "job storms told to their owners 6 of 8" in table
+    assert "| a | 1 | 1 | 1 | 0 | 1 of 1 | 2 of 3 | - |" in table  # per cell: no lemon detector row here
 
 
 def test_the_html_page_has_the_chart_and_the_table(tmp_path):
