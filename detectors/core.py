@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Collection, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, cast
 
 from detectors.attribution import HardwareEvent
@@ -57,9 +57,11 @@ class CoreConfig:
     ecc_keep_interval_ms
         ECC samples that change nothing are stored at most this often per GPU (downsampling).
     storm_window_hours, storm_min_events
-        XID storm detector: window, and the fewest XIDs from one GPU that can make a storm.
+        XID storm detector: window, and the fewest XIDs from one GPU that can make a storm (a
+        job's storm too, :attr:`storm_owner_window_hours`).
     spread_window_hours, spread_min_events, spread_min_gpus
-        NVLink flapping detector: window, errors and distinct GPUs of one node it takes.
+        NVLink flapping detector: window, and the errors and distinct GPUs of one node it takes
+        (and :attr:`spread_min_bursts`).
     ecc_trend_window, ecc_trend_floor_per_day, ecc_trend_threshold
         ECC trend detector: samples tested together, the lowest baseline correctable rate, and
         the Poisson surprise (``-log10`` probability) that makes an anomaly.
@@ -71,6 +73,17 @@ class CoreConfig:
     quiet_period_by_kind_ms
         Quiet periods of the slow detectors, longer than the default on purpose: a degradation
         is seen once per ECC scrape, a lemon verdict once a day.
+    storm_owner_window_hours
+        Job-aware storms: a storm of application-class XIDs from the one job running on its node
+        is that job's (``job_xid_storm``, addressed to its owner, no node verdict); it is the
+        GPU's (``xid_storm``) when the same GPU stormed under another user's job within this
+        many hours before (evidence that stays with the GPU across users).
+    spread_min_bursts
+        NVLink flapping detector: the separate bursts (more than 10 minutes apart) the errors
+        must come in within the window; one burst is the links going down once (a reset).
+    storm_baseline_min_gpus
+        The fleet's usual burst is never above what at least this many distinct GPUs reached
+        (:mod:`detectors.fleet`).
     """
 
     windows_s: tuple[int, ...] = (3600, 86400)
@@ -85,7 +98,7 @@ class CoreConfig:
     storm_min_events: int = 10
     spread_window_hours: float = 24.0
     spread_min_events: int = 6
-    spread_min_gpus: int = 2
+    spread_min_gpus: int = 1
     ecc_trend_window: int = 4
     ecc_trend_floor_per_day: float = 1.0
     ecc_trend_threshold: float = 6.0
@@ -95,10 +108,17 @@ class CoreConfig:
         (IncidentKind.ECC_TREND, 2 * DAY_MS),
         (IncidentKind.NVLINK_FLAPPING, DAY_MS),
         (IncidentKind.XID_STORM, 2 * HOUR_MS),
+        (IncidentKind.JOB_XID_STORM, 2 * HOUR_MS),
         (IncidentKind.LEMON_NODE, 3 * DAY_MS),
     )
+    # New fields go last: a worker checkpoint pickles the configuration as its values in order.
+    storm_owner_window_hours: float = 168.0
+    spread_min_bursts: int = 2
+    storm_baseline_min_gpus: int = 10
 
     def __post_init__(self) -> None:
+        if self.storm_owner_window_hours < 0:
+            raise ValueError("the storm owner window must not be negative")
         if self.allowed_lateness_ms + self.attribution_after_ms >= self.storm_baseline_period_ms:
             raise ValueError(
                 "the storm baseline period must be longer than the allowed lateness plus the "
@@ -117,6 +137,7 @@ class CoreConfig:
             quiet_period_ms=dict(self.quiet_period_by_kind_ms).get(
                 IncidentKind.LEMON_NODE, self.quiet_period_ms
             ),
+            baseline_min_gpus=self.storm_baseline_min_gpus,
         )
 
 
@@ -141,6 +162,23 @@ class FleetBaselineMissing(RuntimeError):
 
 
 _NO_DEADLINE = 2**63
+
+
+@dataclass(slots=True)
+class _JobStorm:
+    """The application-class burst of one job on one GPU (job-aware storms)."""
+
+    run: tuple[str, int]  # (job id, start): a new run on the GPU starts a new burst
+    model: Threshold
+    flagged: bool = False
+
+
+def _complete_config(config: CoreConfig) -> CoreConfig:
+    """``config``, with the fields a configuration pickled before they existed lacks at their
+    defaults (a frozen dataclass with slots unpickles its values in field order)."""
+    names = [item.name for item in fields(CoreConfig)]
+    present = {name: getattr(config, name) for name in names if hasattr(config, name)}
+    return config if len(present) == len(names) else CoreConfig(**present)
 
 
 class DetectionCore:
@@ -211,8 +249,13 @@ class DetectionCore:
             window_hours=config.spread_window_hours,
             min_events=config.spread_min_events,
             min_gpus=config.spread_min_gpus,
+            min_bursts=config.spread_min_bursts,
         )
         self._storms: dict[tuple[str, str, str], Threshold] = {}
+        # Job-aware storms: per GPU, the application-class burst of the one job running there, and
+        # the owners whose job storms the GPU flagged within the owner window.
+        self._job_storms: dict[tuple[str, str, str], _JobStorm] = {}
+        self._storm_owners: dict[tuple[str, str, str], deque[tuple[int, str]]] = {}
         self._spreads: dict[tuple[str, str, str], Threshold] = {}
         self._storming: set[tuple[str, str, str]] = set()  # GPUs whose current burst was flagged
         self._clock_started = False
@@ -223,12 +266,17 @@ class DetectionCore:
         self._unknown_day: dict[tuple[str, str], int] = {}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        """Unpickle, also a worker checkpoint from before the per-GPU XID context and the unknown-XID
-        day existed: they start empty (at worst one more unknown-XID incident, and a 63 right after
-        the restart read without the 48 before it), instead of the checkpoint being refused."""
+        """Unpickle, also a worker checkpoint from before the per-GPU XID context, the unknown-XID
+        day and job-aware storms existed: they start empty (at worst one more unknown-XID incident,
+        a 63 right after the restart read without the 48 before it, a job's storm counted from the
+        restart on), and configuration fields added since take their defaults, instead of the
+        checkpoint being refused."""
         state.setdefault("_recent_xids", {})
         state.setdefault("_unknown_day", {})
         state.setdefault("_xid_overrides", {})
+        state.setdefault("_job_storms", {})
+        state.setdefault("_storm_owners", {})
+        state["config"] = _complete_config(state["config"])
         self.__dict__.update(state)
 
     # -- public API --------------------------------------------------------------------------
@@ -297,9 +345,12 @@ class DetectionCore:
     def _may_storm(self, record: XidEvent | EccSample | JobEvent) -> bool:
         """Whether the storm score of ``record`` can depend on the fleet's baseline: only an XID
         that brings its GPU's window count to the storm floor (below it, no baseline makes a
-        storm: the score is at most ``count / min_events``)."""
+        storm: the score is at most ``count / min_events``). An application-class XID of the one
+        job on its node never does: it scores that job's storm, which has no fleet baseline."""
         if not isinstance(record, XidEvent) or self._classify(record.xid).category is XidCategory.NVLINK:
             return False
+        if record.device == "nvswitch" or self._storm_run(record) is not None:
+            return False  # a switch's SXid, or a job's storm: no fleet baseline involved
         model = self._storms.get((record.cluster, record.node, record.gpu_key))
         if model is None:
             return self.config.storm_min_events <= 1
@@ -433,8 +484,16 @@ class DetectionCore:
             self._signal(event.node, "xid_days", event.ts_ms)
         # NVLink errors come in bursts on several GPUs: the spread detector owns them, the storm
         # detector looks at everything else one GPU logs.
+        # Job-aware: an application-class XID of the one job running on the node is that job's
+        # (its storm is the job's crash loop, told to its owner), anything else the GPU's.
         if info.category is XidCategory.NVLINK:
-            self._score_spread(event, gpu, IncidentKind.NVLINK_FLAPPING)
+            # Flapping is recurring *non-fatal* NVLink errors: a fatal one is a critical incident
+            # at its first line, and the burst the links log going down at the repair's reboot
+            # would make it look recurring.
+            if info.severity is not Severity.CRITICAL:
+                self._score_spread(event, gpu, IncidentKind.NVLINK_FLAPPING)
+        elif (storm_run := self._storm_run(event)) is not None:
+            self._score_job_storm(event, gpu, storm_run)
         else:
             self._score_storm(event, gpu)
         if info.category is XidCategory.UNKNOWN:
@@ -605,6 +664,82 @@ class DetectionCore:
                 self._fact(FleetFact(event.ts_ms, PEAK, event.node, key=gpu, value=finished_peak))
         if storming:
             self._storming.add(key)
+
+    def _storm_run(self, event: XidEvent) -> JobRun | None:
+        """The job an XID's storm would be: the only run on its node, for an application-class XID
+        (by its code: the same answer before the record is processed, :meth:`ready_for`, as
+        while); None for a hardware-class XID, or with no run or several on the node (the
+        scheduler's records name no GPU: with several jobs the XID has no single owner)."""
+        info = self._classify(event.xid)
+        if info.category is not XidCategory.APPLICATION or info.hardware:
+            return None
+        runs = self._jobs.runs_at(event.node, event.cluster)
+        return runs[0] if len(runs) == 1 else None
+
+    def _score_job_storm(self, event: XidEvent, gpu: str, run: JobRun) -> None:
+        """An application-class XID of ``run``, the one job on its node: scored against that job's
+        own burst on this GPU (floor and own rate, the GPU's storm template; no fleet baseline, and
+        its bursts never raise the fleet's). A storm is the job's crash loop: a ``job_xid_storm``
+        addressed to the owner, no node verdict; unless the same GPU stormed under another user's
+        job within the owner window, which makes the storms the GPU's (``xid_storm``)."""
+        key = (event.cluster, event.node, gpu)
+        run_key = (run.job_id, run.start_ms)
+        state = self._job_storms.get(key)
+        if state is None or state.run != run_key:
+            state = self._job_storms[key] = _JobStorm(run_key, self._storm_template.clone())
+        x: dict[Any, Any] = {"t": event.ts_ms / HOUR_MS}
+        score = state.model.score_one(x)
+        state.model.learn_one(x)  # protected: the storm's own XIDs do not raise the job's rate
+        if not state.model.is_anomaly(score):
+            return
+        owners = self._storm_owners.setdefault(key, deque())
+        since = event.ts_ms - round(self.config.storm_owner_window_hours * HOUR_MS)
+        while owners and owners[0][0] < since:
+            owners.popleft()
+        if not state.flagged:
+            state.flagged = True
+            if run.user:
+                owners.append((event.ts_ms, run.user))
+        others = sorted({user for _, user in owners if user != run.user}) if run.user else []
+        info = self._classify(event.xid)
+        evidence = EvidenceItem(
+            event.ts_ms,
+            xid=event.xid,
+            message=event.message,
+            jobs=(run.job_id,),
+            job_context=(run.context,),
+        )
+        if others:
+            finding = Finding(
+                cluster=event.cluster,
+                kind=IncidentKind.XID_STORM,
+                node=event.node,
+                gpu=gpu,
+                severity=Severity.WARN,
+                detector="xid_burst",
+                score=score,
+                action="the storms follow this GPU across users' jobs: drain it and run diagnostics",
+                title=f"XID storms from one GPU under the jobs of {len(others) + 1} users: the GPU's, "
+                f"not a job's ({info.name})",
+                evidence=evidence,
+            )
+        else:
+            whom = f"user {run.user}" if run.user else f"the owner of job {run.job_id}"
+            finding = Finding(
+                cluster=event.cluster,
+                kind=IncidentKind.JOB_XID_STORM,
+                node=event.node,
+                gpu=gpu,
+                severity=Severity.WARN,
+                detector="xid_burst",
+                score=score,
+                action=f"tell {whom}: job {run.job_id} logs application XIDs far above any usual rate (a "
+                "crash loop?); no node action (draining would fix nothing)",
+                title=f"XID storm from one job: application XIDs of the job itself ({info.name})",
+                evidence=evidence,
+                owner=run.user,
+            )
+        self._emitted.incidents.extend(self._incidents.observe(finding))
 
     def _score_spread(self, event: XidEvent, gpu: str, kind: IncidentKind) -> None:
         key = (event.cluster, event.node, kind)

@@ -21,7 +21,8 @@ instant only once every core's horizon has passed it:
   time before ``T``;
 * the storm baseline of period ``k`` (``baseline_period_ms`` long) is the 99th percentile of the
   peaks that finished before period ``k - 1`` began — the day before yesterday's, with the default
-  period — exact, from the multiset of peaks;
+  period — exact, from the multiset of peaks, but no larger than what ``baseline_min_gpus`` (10)
+  distinct GPUs reached;
 * a job is attributed when the parts of all its nodes are in.
 
 So one core owning every node (the embedded replay) and eight cores in four workers decide the
@@ -36,7 +37,7 @@ import heapq
 import math
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from detectors.attribution import HardwareEvent
@@ -148,8 +149,12 @@ class FleetConfig:
         Lemon-node detection.
     baseline_period_ms
         Period of the storm baseline; a period uses the peaks finished before the previous one.
-    baseline_quantile
-        Quantile of finished burst peaks that is the fleet's usual burst.
+    baseline_quantile, baseline_min_gpus
+        The fleet's usual burst: the ``baseline_quantile`` of finished burst peaks, but never
+        above what at least ``baseline_min_gpus`` distinct GPUs reached (a burst size is usual
+        when many GPUs show it; in a small or quiet fleet the quantile is the second or third
+        largest burst, and a few large ones, missed storms among them, would raise the bar that
+        storms must clear).
     attribution_before_ms, attribution_after_ms
         The attribution window around a failed job's end (as the cores use it).
     windows_s, size_buckets
@@ -174,6 +179,8 @@ class FleetConfig:
     owner_window_ms: int = DAY_MS
     owner_min_failures: int = 5
     owner_min_share: float = 0.5
+    # New fields go last: a worker checkpoint pickles the configuration as its values in order.
+    baseline_min_gpus: int = 10
 
 
 @dataclass(slots=True)
@@ -206,7 +213,7 @@ class FleetCore:
     --------
     Two cores, one per half of the fleet; nothing is decided before both horizons pass:
 
-    >>> fleet = FleetCore(FleetConfig(baseline_period_ms=10), partitions=2)
+    >>> fleet = FleetCore(FleetConfig(baseline_period_ms=10, baseline_min_gpus=1), partitions=2)
     >>> fleet.add(0, [FleetFact(3, PEAK, value=40)])
     >>> fleet.advance(0, 25)
     >>> fleet.drain().baselines
@@ -233,6 +240,10 @@ class FleetCore:
         )
         self._next_lemon_ms: int | None = None
         self._peaks: list[int] = []  # finished peaks applied so far, sorted
+        # Per GPU (node, PCI id), its largest finished peak, and those maxima sorted; None in a
+        # stage restored from a checkpoint that did not keep them (the quantile alone decides).
+        self._gpu_peak: dict[tuple[str, str], int] = {}
+        self._gpu_maxima: list[int] | None = []
         self._next_boundary_ms: int | None = None
         self._first_boundary_ms: int | None = None
         self._baselines: dict[int, float] = {}
@@ -249,7 +260,16 @@ class FleetCore:
         self._user_counted: dict[str, deque[tuple[str, str, int, str]]] = {}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        """Unpickle, also a checkpoint from before job-aware verdicts: their state starts empty."""
+        """Unpickle, also a checkpoint from before job-aware verdicts and per-GPU peaks: their state
+        starts empty (the per-GPU bound on the storm baseline stays off: it would count only the
+        bursts after the restart), and configuration fields added since take their defaults."""
+        if "_gpu_maxima" not in state:
+            state["_gpu_peak"], state["_gpu_maxima"] = {}, None
+        config = state["config"]
+        names = [item.name for item in fields(FleetConfig)]
+        present = {name: getattr(config, name) for name in names if hasattr(config, name)}
+        if len(present) < len(names):
+            state["config"] = FleetConfig(**present)
         state.setdefault("_user_runs", {})
         state.setdefault("_user_app_failures", {})
         state.setdefault("_owner_reported", {})
@@ -357,7 +377,7 @@ class FleetCore:
                     # them; a core whose first records fall in it needs that said too.
                     self._first_boundary_ms = instant
                     self._baselines[instant] = self._out.baselines[instant] = 0.0
-                value = exact_quantile(self._peaks, self.config.baseline_quantile)
+                value = self._usual_burst()
                 self._baselines[instant + period] = self._out.baselines[instant + period] = value
                 self._next_boundary_ms = instant + period
                 # A core restarted from its last checkpoint repeats recent decisions only.
@@ -409,6 +429,22 @@ class FleetCore:
                 self._counted(fact.name, "job_runs", fact.node, fact.ts_ms, "")
         elif fact.kind == PEAK:
             bisect.insort(self._peaks, fact.value)
+            gpu = (fact.node, fact.key)
+            known = self._gpu_peak.get(gpu)
+            if self._gpu_maxima is not None and (known is None or fact.value > known):
+                if known is not None:
+                    del self._gpu_maxima[bisect.bisect_left(self._gpu_maxima, known)]
+                bisect.insort(self._gpu_maxima, fact.value)
+                self._gpu_peak[gpu] = fact.value
+
+    def _usual_burst(self) -> float:
+        """The fleet's usual burst from the peaks applied so far: their quantile, but no larger
+        than the largest peak at least ``baseline_min_gpus`` GPUs reached (0 with fewer GPUs)."""
+        value = exact_quantile(self._peaks, self.config.baseline_quantile)
+        maxima, enough = self._gpu_maxima, self.config.baseline_min_gpus
+        if maxima is None or enough <= 1:
+            return value
+        return min(value, float(maxima[-enough]) if len(maxima) >= enough else 0.0)
 
     # -- job-aware verdicts ---------------------------------------------------------------------
 

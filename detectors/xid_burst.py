@@ -7,8 +7,11 @@ Two River-protocol scorers, each cloned per key by the core:
   long-run rate and the fleet's usual window count. Application XIDs are routine one at a time
   (a crashing program logs a few); dozens from one GPU within the hour is a storm.
 * :class:`XidSpreadScorer`, per node and fault family: how many errors of the family the node
-  logged in the last ``window_hours`` and on how many distinct GPUs. NVLink errors that recur
-  and move from GPU to GPU are a flapping link or a bad NVSwitch path, not one bad GPU.
+  logged in the last ``window_hours``, in how many separate bursts and on how many distinct
+  GPUs. NVLink errors that *recur*, burst after burst, are a flapping link or a bad NVSwitch
+  path; one burst, even over several GPUs, is what the links log when they go down once (a GPU
+  reset, a reboot, a peer GPU's fault: NVIDIA's XID 74 text and the XID 144-150 decode sheet's
+  link-down reasons), and is no flapping.
 
 ``x["t"]`` is the event time in hours (any origin, increasing per key). Both scorers keep only
 the events of their window plus two counters, so their state is a few hundred bytes per key.
@@ -17,6 +20,7 @@ the events of their window plus two counters, so their state is a few hundred by
 from __future__ import annotations
 
 from collections import deque
+from itertools import pairwise
 from typing import Any
 
 from river.base import AnomalyDetector
@@ -120,25 +124,44 @@ class XidStormScorer(AnomalyDetector):
 
 
 class XidSpreadScorer(AnomalyDetector):
-    """Scores a node's errors of one family by how many recur and on how many of its GPUs.
+    """Scores a node's errors of one family by how many recur, in how many bursts, on how many GPUs.
 
-    ``score = min(n / min_events, gpus / min_gpus)`` over the last ``window_hours``: both enough
-    errors and enough distinct GPUs are needed, so one GPU's single fault never scores 1.
+    ``score = min(n / min_events, bursts / min_bursts, gpus / min_gpus)`` over the last
+    ``window_hours``, where a burst is a run of errors each within ``burst_gap_hours`` of the one
+    before: enough errors, in enough separate bursts, on enough distinct GPUs are all needed, so
+    a single burst (the links going down at a reset, however many GPUs log it) never scores 1.
 
     Examples
     --------
-    >>> node = XidSpreadScorer(window_hours=24, min_events=6, min_gpus=2)
-    >>> for hour, gpu in [(0, "a"), (1, "a"), (2, "a"), (3, "b"), (5, "b")]:
-    ...     node.learn_one({"t": hour, "gpu": gpu})
-    >>> node.score_one({"t": 6, "gpu": "c"})
+    >>> node = XidSpreadScorer(window_hours=24, min_events=6, min_gpus=1, min_bursts=2)
+    >>> for second in range(8):  # eight errors within seconds on four GPUs: one burst
+    ...     node.learn_one({"t": second / 3600, "gpu": "abcd"[second % 4]})
+    >>> node.score_one({"t": 9 / 3600, "gpu": "a"})
+    0.5
+    >>> node.score_one({"t": 0.5, "gpu": "a"})  # half an hour later: the errors recur
     1.0
     """
 
-    def __init__(self, window_hours: float = 24.0, min_events: int = 6, min_gpus: int = 2) -> None:
+    def __init__(
+        self,
+        window_hours: float = 24.0,
+        min_events: int = 6,
+        min_gpus: int = 1,
+        min_bursts: int = 2,
+        burst_gap_hours: float = 10 / 60,
+    ) -> None:
         self.window_hours = window_hours
         self.min_events = min_events
         self.min_gpus = min_gpus
+        self.min_bursts = min_bursts
+        self.burst_gap_hours = burst_gap_hours
         self._window: deque[tuple[float, str]] = deque()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickle, also a checkpoint from before bursts were counted: one burst is enough, as then."""
+        state.setdefault("min_bursts", 1)
+        state.setdefault("burst_gap_hours", 10 / 60)
+        self.__dict__.update(state)
 
     def learn_one(self, x: dict[FeatureName, Any]) -> None:
         """Record one error of the family at ``x["t"]`` on GPU ``x["gpu"]``."""
@@ -153,7 +176,10 @@ class XidSpreadScorer(AnomalyDetector):
         recent = [(seen, gpu) for seen, gpu in self._window if seen > t - self.window_hours]
         n = len(recent) + 1
         gpus = len({gpu for _, gpu in recent} | {str(x["gpu"])})
-        return min(n / self.min_events, gpus / self.min_gpus)
+        times = sorted([seen for seen, _ in recent] + [t])
+        gaps = sum(1 for before, after in pairwise(times) if after - before > self.burst_gap_hours)
+        bursts = 1 + gaps
+        return min(n / self.min_events, bursts / self.min_bursts, gpus / self.min_gpus)
 
     @property
     def gpus(self) -> tuple[str, ...]:

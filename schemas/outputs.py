@@ -77,6 +77,9 @@ class IncidentKind(StrEnum):
     # Job-aware verdicts: application errors that follow one user's jobs (a crash loop), addressed
     # to the jobs' owner and never a node verdict.
     JOB_APP_ERRORS = "job_app_errors"
+    # Job-aware storms: a storm of application-class XIDs from the one job running on a node is
+    # that job's crash loop, addressed to its owner; never a node verdict.
+    JOB_XID_STORM = "job_xid_storm"
 
 
 class IncidentStatus(StrEnum):

@@ -10,8 +10,9 @@ after a 48 on the same GPU is part of the 48).
 With a store (``--clickhouse`` or ``--data-dir``), each pasted line also shows its job context
 (job-aware verdicts, issue 19): the jobs the stored scheduler records place on that node at that
 moment (id, user, name, size, how they ended), and whether an incident addressed to one of their
-owners (``job_app_errors``: the user's jobs crash wherever they run) covers it. An application-class
-line is then the job's, not the node's.
+owners covers it (``job_app_errors``: the user's jobs crash wherever they run; ``job_xid_storm``: a
+storm of one job's own application XIDs). An application-class line is then the job's, not the
+node's.
 """
 
 from __future__ import annotations
@@ -168,7 +169,8 @@ def explain_items(items: list[str], options: ParseOptions, sxid: bool = False) -
 
 def add_job_context(results: list[dict[str, Any]], client: Any, database: str) -> None:
     """Add ``jobs`` (the stored job context of each parsed line's node and moment) and
-    ``owner_incidents`` (``job_app_errors`` incidents of those jobs' owners covering the moment)."""
+    ``owner_incidents`` (``job_app_errors`` and ``job_xid_storm`` incidents of those jobs' owners
+    covering the moment, each with its ``kind``)."""
     from stream.sinks.store import query_rows
 
     for result in results:
@@ -204,12 +206,17 @@ def add_job_context(results: list[dict[str, Any]], client: Any, database: str) -
         users = sorted({job["user"] for job in jobs if job["user"]})
         result["owner_incidents"] = (
             [
-                {"incident_id": row["incident_id"], "owner": row["owner"], "summary": row["summary"]}
+                {
+                    "incident_id": row["incident_id"],
+                    "kind": row["kind"],
+                    "owner": row["owner"],
+                    "summary": row["summary"],
+                }
                 for row in query_rows(
                     client,
-                    f"""SELECT incident_id, JSONExtractString(evidence, 'owner') AS owner, summary
+                    f"""SELECT incident_id, kind, JSONExtractString(evidence, 'owner') AS owner, summary
                     FROM {database}.incidents FINAL
-                    WHERE kind = 'job_app_errors' AND has({{users:Array(String)}}, owner)
+                    WHERE kind IN ('job_app_errors', 'job_xid_storm') AND has({{users:Array(String)}}, owner)
                       AND toUnixTimestamp64Milli(first_evidence) - 86400000 <= {{t:Int64}}
                       AND toUnixTimestamp64Milli(last_evidence) + 86400000 >= {{t:Int64}}
                     ORDER BY incident_id""",
@@ -334,9 +341,17 @@ def _text(result: dict[str, Any]) -> str:
                 f"{job['gpus']} GPUs, from {job['start']}{ended})",
             )
         if result["category"] == XidCategory.APPLICATION.value and result["jobs"]:
-            owners = sorted({incident["owner"] for incident in result.get("owner_incidents", ())})
+            incidents = result.get("owner_incidents", ())
+            owners = sorted(
+                {i["owner"] for i in incidents if i.get("kind", "job_app_errors") == "job_app_errors"}
+            )
+            storms = sorted({i["owner"] for i in incidents if i.get("kind") == "job_xid_storm"})
             if owners:
                 verdict = f"application-class, and the errors follow user {', '.join(owners)}: not the node's"
+            elif storms:
+                verdict = (
+                    f"application-class, a storm of user {', '.join(storms)}'s job: the job's, not the node's"
+                )
             else:
                 verdict = "application-class: the job's; the node's unless its owner's errors follow them"
             row("verdict", verdict)

@@ -57,6 +57,19 @@ def add_simulate_parser(commands: Commands) -> None:
         default=0,
         help="users whose jobs crash wherever they run, with application XIDs (default 0)",
     )
+    simulate.add_argument(
+        "--crash-loop-pinned-users",
+        type=int,
+        default=0,
+        help="of those, how many run every job on one node of their own, where it crashes again and "
+        "again while other users' jobs there complete (default 0)",
+    )
+    simulate.add_argument(
+        "--xid-storm-gpu-fraction",
+        type=float,
+        help="share of the XID storms that are a faulty GPU's (hardware XID 92), not a job's own "
+        "application XIDs (default 0)",
+    )
     simulate.add_argument("--out", type=Path, required=True, help="output folder")
     simulate.set_defaults(handler=run_simulate)
 
@@ -140,7 +153,14 @@ def run_simulate(args: argparse.Namespace) -> int:
         overrides["dcgm_changed_only"] = True
     if args.crash_loop_users:
         overrides["crash_loop_users"] = args.crash_loop_users
-    config = SimulationConfig(**overrides)
+    if args.crash_loop_pinned_users:
+        overrides["crash_loop_pinned_users"] = args.crash_loop_pinned_users
+    if args.xid_storm_gpu_fraction is not None:
+        overrides["xid_storm_gpu_fraction"] = args.xid_storm_gpu_fraction
+    try:
+        config = SimulationConfig(**overrides)
+    except ValueError as error:
+        raise SystemExit(f"faultstream simulate: {error}") from None
     with tqdm(total=0, desc="simulate", disable=None) as bar:
 
         def progress(done: int, total: int) -> None:

@@ -119,8 +119,8 @@ _SUMMARY_TAIL = re.compile(r",? \d+ evidence since \S+; \w+\.?$")
 
 
 def owner_of(incident: dict[str, Any]) -> str:
-    """The user an incident is addressed to (``job_app_errors``), else ""; the evidence may be a
-    dict (the incidents topic) or its JSON text (a store row).
+    """The user an incident is addressed to (``job_app_errors``, ``job_xid_storm``), else ""; the
+    evidence may be a dict (the incidents topic) or its JSON text (a store row).
 
     >>> owner_of({"evidence": {"owner": "dbg"}}), owner_of({"evidence": '{"owner": "dbg"}'}), owner_of({})
     ('dbg', 'dbg', '')

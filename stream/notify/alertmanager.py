@@ -103,7 +103,8 @@ def to_alert(incident: dict[str, Any], now_ms: int, ttl_ms: int) -> dict[str, An
         "cluster": str(incident.get("cluster", "")),
         "node": str(incident.get("node", "")),
         "gpu": str(incident.get("gpu") or ""),
-        # A job_app_errors incident is addressed to its jobs' owner: a route can send it to them.
+        # An owner's incident (job_app_errors, job_xid_storm) is addressed to its jobs' owner: a route
+        # can send it to them.
         "owner": owner_of(incident),
     }
     annotations = {

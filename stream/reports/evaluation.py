@@ -9,25 +9,34 @@ truth kind          incident kinds        matched when
 critical_hw         any ``critical``      same node and GPU; evidence spans the onset
 ecc_degradation     ``ecc_trend``         same node and GPU; detected from onset to failure
 xid_storm           ``xid_storm``         same node and GPU; detected from onset to end + 1 h
+job_xid_storm       ``job_xid_storm``     the incident names the storm's job; its evidence
+                                          overlaps the storm (up to end + 1 h)
 nvlink_flapping     ``nvlink_flapping``   same node; detected from onset to end + 1 d
 lemon_node          ``lemon_node``        same node, any time
 ==================  ====================  ===================================================
+
+``xid_storm`` faults are faulty GPUs' storms; ``job_xid_storm`` faults are a job's own application
+XIDs (its crash loop, no fault): a ``xid_storm`` incident on one of them matches no GPU storm, so
+it is a false positive of the storm detector (a node verdict on a job's errors).
 
 Precision counts incidents: an incident of a detector's kind that matches no truth fault of its
 kind is a false positive. Delays are detection time minus onset; lead time (degradations) is the
 failure time minus detection time.
 
 Job-aware verdicts (issue 19): the simulator's crash-looping users (``crash_loop_users`` in the
-truth) are no node's fault. :func:`score_job_aware` counts the lemon verdicts on nodes that are
-not lemons in the truth (false lemon verdicts per 1,000 node-days of the fleet, and how many of
-them are on nodes where a crash-looping user's jobs failed), and the ``job_app_errors``
-incidents: how many went to a crash-looping user (their owner), how many to anyone else.
+truth) and job storms are no node's fault. :func:`score_job_aware` counts the lemon verdicts on
+nodes that are not lemons in the truth (false lemon verdicts per 1,000 node-days of the fleet,
+how many of them are on nodes where a crash-looping user's jobs failed, and on the nodes pinned
+crash-looping users run every job on), the storm verdicts on GPUs whose storm was a job's, and
+the incidents addressed to owners (``job_app_errors``, ``job_xid_storm``): how many went to the
+right owner (a crash-looping user; the user of the storm's job), how many to anyone else.
 
 Censoring: a fault that began too close to the end of the simulated span to be observable as
-what it is (a degradation with less than a day of samples, a flapping link that had not yet
-spread past one GPU, a lemon with less than two days of history), or a lemon that had at most
-one critical fault in the span (no rule can tell it from a healthy node's bad luck), is counted
-as *censored*: shown, but out of the recall. An incident that
+what it is (a degradation with less than a day of samples, a flapping link that logged one burst
+only, a lemon with less than two days of history), a storm cut short by its job's end to fewer
+lines than the scenario's smallest storm,
+or a lemon that had at most one critical fault in the span (no rule can tell it from a healthy
+node's bad luck), is counted as *censored*: shown, but out of the recall. An incident that
 matches a censored fault is not a false positive.
 """
 
@@ -43,6 +52,7 @@ from clickhouse_connect.driver.client import Client
 from schemas.outputs import IncidentKind
 from schemas.timeutil import DAY_MS, HOUR_MS, parse_ts
 from stream.settings import Settings
+from stream.simulator.planted.flapping import FLAP_MIN_GAP_MS
 from stream.simulator.truth import FaultTruth, Truth
 from stream.sinks.store import query_rows
 
@@ -69,14 +79,17 @@ class _Rule:
     slack_ms: int
     observable_after_ms: int = 0  # a fault needs this much time before the span ends to count
     min_gpus: int = 1  # a fault seen on fewer GPUs than this is not yet what it will become
+    by_job: bool = False  # matched by the job the incident names (an owner's incident), not the place
 
 
 RULES = (
     _Rule("critical hardware (rules)", "critical_hw", None, "critical", True, 0),
     _Rule("ECC trend (River)", "ecc_degradation", frozenset({IncidentKind.ECC_TREND}), None, True, 0, DAY_MS),
     _Rule("XID storm (River)", "xid_storm", frozenset({IncidentKind.XID_STORM}), None, True, HOUR_MS),
+    _Rule("job XID storm (owner)", "job_xid_storm", frozenset({IncidentKind.JOB_XID_STORM}), None, False,
+          HOUR_MS, by_job=True),
     _Rule("NVLink flapping (River)", "nvlink_flapping", frozenset({IncidentKind.NVLINK_FLAPPING}), None,
-          False, DAY_MS, min_gpus=2),
+          False, DAY_MS),
     _Rule("lemon nodes (fleet)", "lemon_node", frozenset({IncidentKind.LEMON_NODE}), None, False, 0,
           2 * DAY_MS),
 )  # fmt: skip
@@ -96,6 +109,13 @@ class DetectorScore:
     median_lead_h: float | None
     missed: tuple[str, ...]
     censored: tuple[str, ...] = ()
+    #: Each detected fault's delay (hours), in truth order: pooled over cells by the matrix.
+    delays_h: tuple[float, ...] = ()
+
+    @property
+    def max_delay_h(self) -> float | None:
+        """The longest delay of a detected fault."""
+        return max(self.delays_h) if self.delays_h else None
 
     @property
     def recall(self) -> float | None:
@@ -135,9 +155,19 @@ def _window(fault: FaultTruth, span_end_ms: int, slack_ms: int) -> tuple[int, in
     return (fault.onset_ms, end + slack_ms)
 
 
-def _censored(rule: _Rule, fault: FaultTruth, span_end_ms: int) -> bool:
-    if span_end_ms - fault.onset_ms < rule.observable_after_ms:
+def _censored(rule: _Rule, fault: FaultTruth, truth: Truth) -> bool:
+    if truth.span_end_ms - fault.onset_ms < rule.observable_after_ms:
         return True
+    lines = fault.details.get("lines")
+    if (
+        fault.kind in ("xid_storm", "job_xid_storm")
+        and isinstance(lines, int)
+        and lines < truth.config.xid_storm_lines_min
+    ):
+        return True  # cut short by its job's end: fewer lines than any storm the scenario plants
+    flapping = fault.kind == "nvlink_flapping"
+    if flapping and (fault.end_ms or truth.span_end_ms) - fault.onset_ms < FLAP_MIN_GAP_MS:
+        return True  # one burst before the span ended: no recurrence yet
     faults = fault.details.get("critical_faults")
     if fault.kind == "lemon_node" and isinstance(faults, int) and faults <= 1:
         return True  # at most one fault in the span: any healthy node's bad luck looks the same
@@ -158,6 +188,25 @@ def _matches(rule: _Rule, incident: Mapping[str, Any]) -> bool:
     return rule.incident_kinds is None or incident["kind"] in rule.incident_kinds
 
 
+def _job_hit(fault: FaultTruth, incident: Mapping[str, Any], end_ms: int) -> bool:
+    """An owner's incident names the fault's job and its evidence overlaps the fault's span."""
+    return (
+        fault.job_id is not None
+        and fault.job_id in (incident.get("jobs") or ())
+        and incident["first_ms"] <= end_ms
+        and incident["last_ms"] >= fault.onset_ms
+    )
+
+
+def _detected_ms(rule: _Rule, fault: FaultTruth, incident: Mapping[str, Any]) -> int:
+    """When an incident detected the fault: its detection time; for an owner's incident (one per
+    owner, several of their jobs), its first evidence if that falls within the fault, else the
+    fault's onset (a later job's storm joined an incident already open)."""
+    if rule.by_job:
+        return max(int(incident["first_ms"]), fault.onset_ms)
+    return int(incident["detected_ms"])
+
+
 def score_detectors(truth: Truth, incidents: Iterable[Mapping[str, Any]]) -> list[DetectorScore]:
     """Score each detector of :data:`RULES` (pure: truth and incident rows in, table out).
 
@@ -168,7 +217,7 @@ def score_detectors(truth: Truth, incidents: Iterable[Mapping[str, Any]]) -> lis
     scores = []
     for rule in RULES:
         faults = [f for f in truth.faults if f.kind == rule.truth_kind]
-        censored = [f for f in faults if _censored(rule, f, truth.span_end_ms)]
+        censored = [f for f in faults if _censored(rule, f, truth)]
         candidates = [i for i in rows if _matches(rule, i)]
         used: set[int] = set()
         delays: list[float] = []
@@ -178,15 +227,20 @@ def score_detectors(truth: Truth, incidents: Iterable[Mapping[str, Any]]) -> lis
             start, end = _window(fault, truth.span_end_ms, rule.slack_ms)
             found = None
             for index, incident in enumerate(candidates):
-                if incident["node"] != fault.node:
+                if rule.by_job:
+                    hit = _job_hit(fault, incident, end)
+                elif incident["node"] != fault.node or (
+                    rule.per_gpu and fault.pci_bus_id and incident["gpu"] != fault.pci_bus_id
+                ):
                     continue
-                if rule.per_gpu and fault.pci_bus_id and incident["gpu"] != fault.pci_bus_id:
-                    continue
-                if rule.truth_kind == "critical_hw":
+                elif rule.truth_kind == "critical_hw":
                     hit = incident["first_ms"] <= start <= incident["last_ms"]
                 else:
                     hit = start <= incident["detected_ms"] <= end
-                if hit and (found is None or incident["detected_ms"] < candidates[found]["detected_ms"]):
+                if hit and (
+                    found is None
+                    or _detected_ms(rule, fault, incident) < _detected_ms(rule, fault, candidates[found])
+                ):
                     found = index
             if fault in censored:
                 if found is not None:
@@ -196,7 +250,7 @@ def score_detectors(truth: Truth, incidents: Iterable[Mapping[str, Any]]) -> lis
                 missed.append(fault.fault_id)
                 continue
             used.add(found)
-            detected = candidates[found]["detected_ms"]
+            detected = _detected_ms(rule, fault, candidates[found])
             delays.append(max(0, detected - fault.onset_ms) / HOUR_MS)
             failure = _detail_ms(fault, "failure_ms", "failure")
             if failure is not None and rule.truth_kind == "ecc_degradation":
@@ -218,6 +272,7 @@ def score_detectors(truth: Truth, incidents: Iterable[Mapping[str, Any]]) -> lis
                 median_lead_h=statistics.median(leads) if leads else None,
                 missed=tuple(missed),
                 censored=tuple(f.fault_id for f in censored),
+                delays_h=tuple(delays),
             )
         )
     return scores
@@ -235,21 +290,32 @@ class Baseline:
         The truth kind it is scored against (the detector of that kind is its rival).
     per_gpu
         An alert names a GPU (else a node).
+    threshold
+        The count the rule fires at, for a rule with one (a placeholder ``{}`` in ``name``).
+    sweep
+        Other counts it is also scored at: the matrix reports its precision at the detector's
+        recall from them (the rule at its best threshold for that recall, not at ours).
     """
 
     name: str
     truth_kind: str
     per_gpu: bool
+    threshold: int | None = None
+    sweep: tuple[int, ...] = ()
+
+    def named(self, threshold: int | None = None) -> str:
+        """The rule's name at ``threshold`` (default: its own)."""
+        return self.name.format(self.threshold if threshold is None else threshold)
 
 
 #: The rules of thumb the issue names: ``DCGM XID > 0`` and "any DBE" pages, and fixed thresholds.
 BASELINES: Final[tuple[Baseline, ...]] = (
     Baseline("XID > 0 (DCGM rule)", "critical_hw", True),
     Baseline("any DBE (DCGM rule)", "critical_hw", True),
-    Baseline("SBE >= 100 in 24 h (fixed)", "ecc_degradation", True),
-    Baseline(">= 10 XIDs in 1 h (fixed)", "xid_storm", True),
-    Baseline(">= 5 XID 144 on a node in 1 d (fixed)", "nvlink_flapping", False),
-    Baseline(">= 2 hardware job failures (fixed)", "lemon_node", False),
+    Baseline("SBE >= {} in 24 h (fixed)", "ecc_degradation", True, 100, (1, 3, 10, 30, 50, 100, 200, 500)),
+    Baseline(">= {} XIDs in 1 h (fixed)", "xid_storm", True, 10, (2, 3, 5, 7, 10, 15, 20, 30, 50, 100)),
+    Baseline(">= {} XID 144 on a node in 1 d (fixed)", "nvlink_flapping", False, 5, (1, 2, 3, 5, 8, 12, 20)),
+    Baseline(">= {} hardware job failures (fixed)", "lemon_node", False, 2, (1, 2, 3, 4, 5, 6)),
 )
 
 #: Alerts of one rule on the same place closer than this are one alert (a pager's dedup).
@@ -294,12 +360,21 @@ def _sliding_hits(
     return hits
 
 
-def baseline_alerts(client: Client, settings: Settings) -> dict[str, list[dict[str, Any]]]:
-    """The alerts each of :data:`BASELINES` raises on the store's raw events, by baseline name.
+@dataclass(frozen=True, slots=True)
+class BaselineInputs:
+    """The stored raw events the baseline rules read (:func:`baseline_inputs`)."""
 
-    Rows have ``node``, ``gpu`` (PCI bus id, or "" for a node), ``first_ms``, ``last_ms`` and
-    ``detected_ms``, like incident rows.
-    """
+    #: GPU XIDs: (node, PCI bus id, ts, code).
+    xids: list[tuple[str, str, int, int]]
+    #: ECC samples with an error delta: node, pci_bus_id, ts_ms, sbe_delta, dbe_delta.
+    ecc: list[dict[str, Any]]
+    #: Hardware-attributed failures per evidence node: node, ts_ms.
+    failures: list[dict[str, Any]]
+    lemon_window_ms: int
+
+
+def baseline_inputs(client: Client, settings: Settings) -> BaselineInputs:
+    """Read what the baseline rules need from the store."""
     db = settings.database
     xids = [
         (row["node"], row["pci_bus_id"], row["ts_ms"], row["xid"])
@@ -319,27 +394,39 @@ def baseline_alerts(client: Client, settings: Settings) -> dict[str, list[dict[s
         f"""SELECT arrayJoin(evidence_nodes) AS node, toUnixTimestamp64Milli(end) AS ts_ms
         FROM {db}.job_attributions FINAL WHERE hardware""",
     )
-    window = settings.core_config().lemon.window_ms
-    return {
-        BASELINES[0].name: _episodes((node, gpu, ts) for node, gpu, ts, _ in xids),
-        BASELINES[1].name: _episodes((r["node"], r["pci_bus_id"], r["ts_ms"]) for r in ecc if r["dbe_delta"]),
-        BASELINES[2].name: _episodes(
-            _sliding_hits(
-                ((r["node"], r["pci_bus_id"], r["ts_ms"], r["sbe_delta"]) for r in ecc if r["sbe_delta"]),
-                DAY_MS,
-                100,
-            )
-        ),
-        BASELINES[3].name: _episodes(
-            _sliding_hits(((node, gpu, ts, 1) for node, gpu, ts, _ in xids), HOUR_MS, 10)
-        ),
-        BASELINES[4].name: _episodes(
-            _sliding_hits(((node, "", ts, 1) for node, _, ts, xid in xids if xid == 144), DAY_MS, 5)
-        ),
-        BASELINES[5].name: _episodes(
-            _sliding_hits(((r["node"], "", r["ts_ms"], 1) for r in failures), window, 2)
-        ),
-    }
+    return BaselineInputs(xids, ecc, failures, settings.core_config().lemon.window_ms)
+
+
+def rule_alerts(
+    inputs: BaselineInputs, baseline: Baseline, threshold: int | None = None
+) -> list[dict[str, Any]]:
+    """The alerts ``baseline`` raises on ``inputs`` (at ``threshold``, default its own): rows with
+    ``node``, ``gpu`` (PCI bus id, or "" for a node), ``first_ms``, ``last_ms`` and
+    ``detected_ms``, like incident rows."""
+    at = baseline.threshold if threshold is None else threshold
+    index = BASELINES.index(baseline)
+    xids, ecc = inputs.xids, inputs.ecc
+    if index == 0:
+        return _episodes((node, gpu, ts) for node, gpu, ts, _ in xids)
+    if index == 1:
+        return _episodes((r["node"], r["pci_bus_id"], r["ts_ms"]) for r in ecc if r["dbe_delta"])
+    assert at is not None
+    if index == 2:
+        sbe = ((r["node"], r["pci_bus_id"], r["ts_ms"], r["sbe_delta"]) for r in ecc if r["sbe_delta"])
+        return _episodes(_sliding_hits(sbe, DAY_MS, at))
+    if index == 3:
+        return _episodes(_sliding_hits(((node, gpu, ts, 1) for node, gpu, ts, _ in xids), HOUR_MS, at))
+    if index == 4:
+        nvlink = ((node, "", ts, 1) for node, _, ts, xid in xids if xid == 144)
+        return _episodes(_sliding_hits(nvlink, DAY_MS, at))
+    failed = ((r["node"], "", r["ts_ms"], 1) for r in inputs.failures)
+    return _episodes(_sliding_hits(failed, inputs.lemon_window_ms, at))
+
+
+def baseline_alerts(client: Client, settings: Settings) -> dict[str, list[dict[str, Any]]]:
+    """The alerts each of :data:`BASELINES` raises on the store's raw events, by baseline name."""
+    inputs = baseline_inputs(client, settings)
+    return {baseline.named(): rule_alerts(inputs, baseline) for baseline in BASELINES}
 
 
 def score_alerts(
@@ -355,26 +442,29 @@ def score_alerts(
     delays: list[float] = []
     leads: list[float] = []
     missed: list[str] = []
-    censored = [f for f in faults if _censored(rule, f, truth.span_end_ms)]
+    censored = [f for f in faults if _censored(rule, f, truth)]
     for fault in faults:
         if truth_kind == "critical_hw":
             start, end = fault.onset_ms, fault.onset_ms + 6 * HOUR_MS
         else:
             start, end = _window(fault, truth.span_end_ms, rule.slack_ms)
-        hits = [
-            index
-            for index, row in enumerate(rows)
-            if row["node"] == fault.node
-            and (not per_gpu or not fault.pci_bus_id or row["gpu"] == fault.pci_bus_id)
-            and (row["first_ms"] <= start <= row["last_ms"] or start <= row["detected_ms"] <= end)
-        ]
+        if rule.by_job:
+            hits = [index for index, row in enumerate(rows) if _job_hit(fault, row, end)]
+        else:
+            hits = [
+                index
+                for index, row in enumerate(rows)
+                if row["node"] == fault.node
+                and (not per_gpu or not fault.pci_bus_id or row["gpu"] == fault.pci_bus_id)
+                and (row["first_ms"] <= start <= row["last_ms"] or start <= row["detected_ms"] <= end)
+            ]
         used.update(hits)
         if fault in censored:
             continue
         if not hits:
             missed.append(fault.fault_id)
             continue
-        detected = min(rows[index]["detected_ms"] for index in hits)
+        detected = min(_detected_ms(rule, fault, rows[index]) for index in hits)
         delays.append(max(0, detected - fault.onset_ms) / HOUR_MS)
         failure = _detail_ms(fault, "failure_ms", "failure")
         if failure is not None and truth_kind == "ecc_degradation":
@@ -390,6 +480,7 @@ def score_alerts(
         median_lead_h=statistics.median(leads) if leads else None,
         missed=tuple(missed),
         censored=tuple(f.fault_id for f in censored),
+        delays_h=tuple(delays),
     )
 
 
@@ -405,6 +496,8 @@ def _score_row(score: DetectorScore, node_days: float) -> dict[str, Any]:
         "f1": score.f1,
         "median_delay_hours": score.median_delay_h,
         "p95_delay_hours": score.p95_delay_h,
+        "max_delay_hours": score.max_delay_h,
+        "delays_hours": [round(delay, 4) for delay in score.delays_h],
         "median_lead_time_hours": score.median_lead_h,
         "false_alarms_per_1000_node_days": 1000.0 * score.false_positives / node_days if node_days else None,
         "missed": list(score.missed),
@@ -413,10 +506,16 @@ def _score_row(score: DetectorScore, node_days: float) -> dict[str, Any]:
 
 
 def compare_with_baselines(
-    truth: Truth, incidents: Sequence[Mapping[str, Any]], alerts: Mapping[str, Sequence[Mapping[str, Any]]]
+    truth: Truth,
+    incidents: Sequence[Mapping[str, Any]],
+    alerts: Mapping[str, Sequence[Mapping[str, Any]]],
+    inputs: BaselineInputs | None = None,
 ) -> list[dict[str, Any]]:
     """Each detector and its baseline rules, scored alike: rows with ``kind`` and ``rule``
-    (``detector`` or ``baseline``), so that a table shows them side by side."""
+    (``detector`` or ``baseline``), so that a table shows them side by side. With ``inputs``, a
+    baseline row also has ``sweep``: the rule at each of its sweep thresholds (``threshold``,
+    ``truth``, ``detected``, ``incidents``, ``false_positives``, ``median_delay_hours``,
+    ``median_lead_time_hours``)."""
     node_days = truth.config.nodes * (truth.span_end_ms - truth.span_start_ms) / DAY_MS
     out = []
     for rule in RULES:
@@ -426,48 +525,103 @@ def compare_with_baselines(
         for baseline in BASELINES:
             if baseline.truth_kind != rule.truth_kind:
                 continue
-            score = score_alerts(
-                truth, rule.truth_kind, alerts.get(baseline.name, ()), baseline.per_gpu, baseline.name
-            )
-            out.append({"kind": rule.truth_kind, "rule": "baseline", **_score_row(score, node_days)})
+            name = baseline.named()
+            score = score_alerts(truth, rule.truth_kind, alerts.get(name, ()), baseline.per_gpu, name)
+            row: dict[str, Any] = {"kind": rule.truth_kind, "rule": "baseline"}
+            row.update(_score_row(score, node_days))
+            if inputs is not None and baseline.sweep:
+                row["sweep"] = []
+                for threshold in baseline.sweep:
+                    tried = score_alerts(
+                        truth,
+                        rule.truth_kind,
+                        rule_alerts(inputs, baseline, threshold),
+                        baseline.per_gpu,
+                        baseline.named(threshold),
+                    )
+                    row["sweep"].append(
+                        {
+                            "threshold": threshold,
+                            "truth": tried.truth,
+                            "detected": tried.detected,
+                            "incidents": tried.incidents,
+                            "false_positives": tried.false_positives,
+                            "median_delay_hours": tried.median_delay_h,
+                            "median_lead_time_hours": tried.median_lead_h,
+                        }
+                    )
+            out.append(row)
     return out
 
 
 def score_job_aware(
     truth: Truth, incidents: Iterable[Mapping[str, Any]], crash_loop_nodes: Iterable[str]
 ) -> dict[str, Any]:
-    """False lemon verdicts and the application-class incidents routed to job owners (pure).
+    """False node verdicts on application-class evidence, and the incidents routed to job owners
+    (pure).
 
     Parameters
     ----------
     truth
-        The simulator's truth (lemon nodes, crash-looping users, span and fleet size).
+        The simulator's truth (lemon nodes, crash-looping users and their pinned nodes, job
+        storms, span and fleet size).
     incidents
-        Incident rows with ``incident_id``, ``kind``, ``node`` and ``owner`` (the
-        ``job_app_errors`` incident's addressee, empty for the other kinds).
+        Incident rows with ``incident_id``, ``kind``, ``node``, ``owner`` (the addressee of an
+        owner's incident, ``job_app_errors`` or ``job_xid_storm``, empty for the other kinds) and,
+        to score storms, ``gpu``, ``first_ms``, ``last_ms``, ``detected_ms`` and ``jobs``.
     crash_loop_nodes
         Nodes where a crash-looping user's jobs failed.
     """
     rows = list(incidents)
     lemons = set(truth.lemon_nodes)
     crash_nodes = set(crash_loop_nodes)
+    pinned = set(truth.crash_loop_nodes.values())
     false_lemons = {(i["incident_id"], i["node"]) for i in rows if i["kind"] == IncidentKind.LEMON_NODE}
     false_lemons = {(iid, node) for iid, node in false_lemons if node not in lemons}
     node_days = truth.config.nodes * (truth.span_end_ms - truth.span_start_ms) / DAY_MS
-    apps = {i["incident_id"]: i.get("owner", "") for i in rows if i["kind"] == IncidentKind.JOB_APP_ERRORS}
     users = set(truth.crash_loop_users)
+    # Job storms: the job's own application XIDs. Told to its owner, or judged a GPU's storm.
+    every_storm = [f for f in truth.faults if f.kind == "job_xid_storm"]
+    storm_jobs = {f.job_id: f.details.get("user", "") for f in every_storm if f.job_id is not None}
+    # Scored as the detectors' rows are: a storm its job's end cut short is censored.
+    smallest = truth.config.xid_storm_lines_min
+    job_storms = [f for f in every_storm if f.details.get("lines", smallest) >= smallest]
+    node_storms = [i for i in rows if i["kind"] == IncidentKind.XID_STORM]
+    owned = [i for i in rows if i["kind"] == IncidentKind.JOB_XID_STORM]
+    judged = routed = 0
+    for fault in job_storms:
+        end = (fault.end_ms or truth.span_end_ms) + HOUR_MS
+        place = (fault.node, fault.pci_bus_id)
+        judged += any(
+            (i["node"], i["gpu"]) == place and fault.onset_ms <= i["detected_ms"] <= end for i in node_storms
+        )
+        routed += any(_job_hit(fault, i, end) and i.get("owner") == fault.details.get("user") for i in owned)
+    # Every incident addressed to an owner, and whether it went to the right one.
+    right: dict[str, bool] = {}
+    for i in rows:
+        if i["kind"] == IncidentKind.JOB_APP_ERRORS:
+            right[i["incident_id"]] = i.get("owner", "") in users
+        elif i["kind"] == IncidentKind.JOB_XID_STORM:
+            named = [storm_jobs[job] for job in i.get("jobs") or () if job in storm_jobs]
+            right[i["incident_id"]] = bool(i.get("owner")) and i.get("owner") in named
+    told = {i.get("owner", "") for i in rows if i["kind"] == IncidentKind.JOB_APP_ERRORS}
     per_1000 = 1000 * len(false_lemons) / node_days if node_days else None
     return {
         "node_days": node_days,
         "false_lemon_verdicts": len(false_lemons),
         "false_lemon_verdicts_per_1000_node_days": per_1000,
         "false_lemon_verdicts_on_crash_loop_nodes": sum(1 for _, node in false_lemons if node in crash_nodes),
+        "false_lemon_verdicts_on_pinned_nodes": sum(1 for _, node in false_lemons if node in pinned),
         "crash_loop_nodes": len(crash_nodes),
         "crash_loop_nodes_that_are_lemons": len(crash_nodes & lemons),
+        "pinned_nodes": len(pinned),
         "crash_loop_users": len(users),
-        "app_incidents": len(apps),
-        "app_incidents_to_owners": sum(1 for owner in apps.values() if owner in users),
-        "crash_loop_users_told": len(users & set(apps.values())),
+        "app_incidents": len(right),
+        "app_incidents_to_owners": sum(right.values()),
+        "crash_loop_users_told": len(users & told),
+        "job_storms": len(job_storms),
+        "job_storms_to_owners": routed,
+        "node_storm_verdicts_on_job_storms": judged,
     }
 
 
@@ -483,7 +637,8 @@ def evaluate_store(
         f"""SELECT incident_id, kind, severity, node, gpu, toUnixTimestamp64Milli(first_evidence) AS first_ms,
                toUnixTimestamp64Milli(last_evidence) AS last_ms,
                toUnixTimestamp64Milli(detected) AS detected_ms,
-               JSONExtractString(evidence, 'owner') AS owner
+               JSONExtractString(evidence, 'owner') AS owner,
+               JSONExtract(evidence, 'jobs', 'Array(String)') AS jobs
         FROM {db}.incidents FINAL""",
     )
     detectors = score_detectors(truth, incidents)
@@ -525,9 +680,11 @@ def evaluate_store(
         UNION DISTINCT SELECT DISTINCT arrayJoin(nodes) AS node FROM {db}.job_events""",
     )
     healthy = {row["node"] for row in fleet} - lemon_truth
-    comparison = (
-        compare_with_baselines(truth, incidents, baseline_alerts(client, settings)) if baselines else None
-    )
+    comparison = None
+    if baselines:
+        inputs = baseline_inputs(client, settings)
+        alerts = {baseline.named(): rule_alerts(inputs, baseline) for baseline in BASELINES}
+        comparison = compare_with_baselines(truth, incidents, alerts, inputs)
     return {
         **({"comparison": comparison} if comparison is not None else {}),
         "detectors": [
@@ -542,6 +699,7 @@ def evaluate_store(
                 "f1": s.f1,
                 "median_delay_hours": s.median_delay_h,
                 "p95_delay_hours": s.p95_delay_h,
+                "max_delay_hours": s.max_delay_h,
                 "median_lead_time_hours": s.median_lead_h,
                 "missed": list(s.missed),
                 "censored": list(s.censored),
@@ -560,6 +718,8 @@ def evaluate_store(
             "flagged": len(flagged),
             "recall": len(flagged & lemon_truth) / len(lemon_truth) if lemon_truth else None,
             "healthy_flagged_share": len(flagged & healthy) / len(healthy) if healthy else None,
+            "healthy": len(healthy),
+            "healthy_flagged": len(flagged & healthy),
         },
         "job_aware": score_job_aware(truth, incidents, crash_nodes),
         "failure_rate": {
@@ -617,7 +777,11 @@ def render_evaluation(result: Mapping[str, Any]) -> str:
             f"({aware['false_lemon_verdicts']}, {on_crash} on the {aware['crash_loop_nodes']} nodes "
             "where crash-looping users' jobs failed); app-class incidents to job owners "
             f"{aware['app_incidents_to_owners']} of {aware['app_incidents']} (crash-looping users told: "
-            f"{aware['crash_loop_users_told']} of {aware['crash_loop_users']})"
+            f"{aware['crash_loop_users_told']} of {aware['crash_loop_users']}); job storms told to "
+            f"their owners {aware.get('job_storms_to_owners', 0)} of {aware.get('job_storms', 0)}, judged "
+            f"node storms {aware.get('node_storm_verdicts_on_job_storms', 0)}; false lemon verdicts on "
+            f"the {aware.get('pinned_nodes', 0)} nodes a crash-looping user is pinned to: "
+            f"{aware.get('false_lemon_verdicts_on_pinned_nodes', 0)}"
         )
     rate = result["failure_rate"]
     lines.append(

@@ -111,10 +111,13 @@ class SimulationConfig:
     xid_storm_lines_max: int = 400  # ... and at most
     xid_storm_minutes_min: float = 20.0  # a storm lasts this long, at least (uniform)
     xid_storm_minutes_max: float = 180.0  # ... and at most
+    xid_storm_gpu_fraction: float = 0.0  # storms that are a faulty GPU's (hardware XID 92), not a job's
     nvlink_flapping_rate: float = 0.5  # flapping NVLink episodes per 1000 node-days
+    nvlink_reset_burst_probability: float = 0.0  # reboots whose links log a burst of XID 144 going down
     dcgm_changed_only: bool = False  # write only DCGM series that changed since the last scrape
     crash_loop_users: int = 0  # users whose jobs crash wherever they run (application XIDs, FAILED)
     crash_loop_jobs_per_day: float = 24.0  # ... each submitting this many short single-node jobs a day
+    crash_loop_pinned_users: int = 0  # ... of them, this many run every job on one node of their own
 
     def __post_init__(self) -> None:
         # Same value, same bytes: days=3 and days=3.0 must write the same truth.json. (The
@@ -164,6 +167,10 @@ class SimulationConfig:
             (self.nvlink_flapping_rate >= 0, "nvlink_flapping_rate must be >= 0"),
             (self.crash_loop_users >= 0, "crash_loop_users must be >= 0"),
             (self.crash_loop_jobs_per_day >= 0, "crash_loop_jobs_per_day must be >= 0"),
+            (
+                0 <= self.crash_loop_pinned_users <= min(self.crash_loop_users, self.nodes),
+                "crash_loop_pinned_users must be within 0..crash_loop_users (and at most nodes)",
+            ),
             (self.cluster.strip() != "", "cluster must not be empty"),
         )
         for ok, message in checks:
@@ -186,6 +193,8 @@ class SimulationConfig:
             "ecc_degradation_gpu_fraction": self.ecc_degradation_gpu_fraction,
             "ecc_degradation_failure_probability": self.ecc_degradation_failure_probability,
             "xid_storm_kill_probability": self.xid_storm_kill_probability,
+            "xid_storm_gpu_fraction": self.xid_storm_gpu_fraction,
+            "nvlink_reset_burst_probability": self.nvlink_reset_burst_probability,
         }
         for name, value in fractions.items():
             if not 0 <= value <= 1:

@@ -34,7 +34,8 @@ when its nodes show a hardware-class XID from 10 minutes before to 5 minutes aft
 killed by a fault ends at most 4 minutes after the XID, and a fault never lands within
 :data:`~stream.simulator.faults.FAULT_QUIET_AFTER_END_MS` after a job ended on its node (it is
 postponed), so no job that failed for user reasons has a hardware XID in its window (storms and
-flapping links log only application XIDs and the non-fatal XID 144).
+flapping links log only application XIDs, XID 92 and the non-fatal XID 144, none of them evidence
+of a job's failure).
 
 Determinism: all random draws come from ``numpy.random.Generator(PCG64)`` streams spawned from
 the seed and are taken in an order fixed by the event order (ties broken by event kind and a
@@ -43,7 +44,8 @@ sequence number); nothing iterates over a set or reads a clock.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -72,11 +74,12 @@ from stream.simulator.planted import (
     plan_degradations,
     plan_flapping,
     plan_maintenance,
+    plan_reset_bursts,
     plan_sbe_blips,
     plan_storms,
     storm_evidence,
 )
-from stream.simulator.planted.crashloop import add_crash_loops, crash_loop_user_names
+from stream.simulator.planted.crashloop import add_crash_loops, crash_loop_pins, crash_loop_user_names
 from stream.simulator.scheduler import Cluster
 from stream.simulator.workload import JobRecord, draw_demand, mean_node_ms
 
@@ -111,6 +114,8 @@ class ClusterHistory:
         Maintenance reboots, in time order.
     crash_loop_users
         Users whose jobs crash wherever they run (:mod:`stream.simulator.planted.crashloop`).
+    crash_loop_nodes
+        Of those, the ones whose every job runs on one node: user -> node index.
     """
 
     config: SimulationConfig
@@ -126,6 +131,7 @@ class ClusterHistory:
     flaps: tuple[FlapRecord, ...] = ()
     maintenance: tuple[MaintenanceRecord, ...] = ()
     crash_loop_users: tuple[str, ...] = ()
+    crash_loop_nodes: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def exposure_node_days(self) -> float:
@@ -178,6 +184,7 @@ def run_model(config: SimulationConfig) -> ClusterHistory:
     # draws exactly what it drew before they existed.
     rng_crash = np.random.Generator(np.random.PCG64(np.random.SeedSequence(config.seed).spawn(17)[16]))
     arrivals, demand = add_crash_loops(config, arrivals, demand, rng_crash)
+    pins = crash_loop_pins(config, rng_crash)
 
     # Critical faults: per node Poisson over wall time, lemons' extra faults, and the failures of
     # degrading GPUs; together hardware_failure_rate cluster-wide.
@@ -194,6 +201,7 @@ def run_model(config: SimulationConfig) -> ClusterHistory:
         fault_plans=plans,
         protected=_protected_windows(config, degrading),
         storm_draws=storm_draws,
+        pins=pins,
     )
     cluster.run(config.end_ms)
 
@@ -219,6 +227,20 @@ def run_model(config: SimulationConfig) -> ClusterHistory:
     ecc_events += plan_sbe_blips(config, degrading_gpus, rng_blips)
     ecc_events += [EccEvent(item.ts_ms, EccEventKind.REBOOT, item.node, -1) for item in maintenance]
 
+    # Links going down at reboots (repairs and maintenance): their own stream, drawn only when on.
+    resets: list[XidRecord] = []
+    if config.nvlink_reset_burst_probability > 0:
+        rng_resets = np.random.Generator(np.random.PCG64(np.random.SeedSequence(config.seed).spawn(18)[17]))
+        reboots = sorted(
+            [
+                (fault.repaired_ms, fault.node)
+                for fault in faults
+                if fault.repaired_ms + 6 * SECOND_MS < config.end_ms
+            ]
+            + [(item.ts_ms, item.node) for item in maintenance]
+        )
+        resets = plan_reset_bursts(config, reboots, rng_resets)
+
     xids, kernel_lines = kernel_events(
         config,
         jobs,
@@ -226,7 +248,7 @@ def run_model(config: SimulationConfig) -> ClusterHistory:
         faults,
         rng_xids,
         rng_noise,
-        planted=[*storm_xids, *flap_xids, *lemon_xids(config, lemons, jobs, rng_lemon_xids)],
+        planted=[*storm_xids, *flap_xids, *lemon_xids(config, lemons, jobs, rng_lemon_xids), *resets],
         maintenance=maintenance,
         crash_loop_users=frozenset(crash_loop_user_names(config)),
     )
@@ -249,6 +271,7 @@ def run_model(config: SimulationConfig) -> ClusterHistory:
         flaps=flaps,
         maintenance=maintenance,
         crash_loop_users=crash_loop_user_names(config),
+        crash_loop_nodes={f"user{user + 1:03d}": node for user, node in pins.items()},
     )
 
 

@@ -4,8 +4,10 @@ Each :class:`MatrixCell` is a :class:`~stream.simulator.config.SimulationConfig`
 plants enough faults of one family (ECC degradations of one shape, XID storms of one density,
 flapping NVLinks, lemons with few or many failures) for a score to mean something on a fleet of
 its size, at one DCGM scrape interval and one history length; the ground truth comes with it
-(``truth.json``), as for any simulation. :func:`cell_config` makes the configuration of a cell
-for a seed.
+(``truth.json``), as for any simulation. The job-aware cells plant no fault but application
+errors that follow a user: a user whose jobs crash wherever they run, one whose jobs all crash on
+one node, and (a lemon cell) crash-looping users on a fleet with lemons. :func:`cell_config`
+makes the configuration of a cell for a seed.
 
 Seeds are split: :data:`TUNING_SEEDS` are the ones the detectors' thresholds were tuned on (with
 the project's long-standing seeds 1 to 3 at 1,000 nodes); :data:`HELD_OUT_SEEDS` were never looked
@@ -53,8 +55,10 @@ class MatrixCell:
     name
         Unique, e.g. ``ecc-quadratic-15m-64n-14d``.
     family
-        The truth kind the cell is about: ``ecc_degradation``, ``xid_storm``,
-        ``nvlink_flapping`` or ``lemon_node`` (every cell also has the background critical faults).
+        The truth kind the cell is about: ``ecc_degradation``, ``xid_storm`` (half of its storms
+        a faulty GPU's, half a job's own: ``job_xid_storm``), ``nvlink_flapping``, ``lemon_node``
+        or ``job_aware`` (no planted fault: crash-looping users, scored by the job-aware figures);
+        every cell also has the background critical faults.
     nodes, days, scrape_minutes
         Fleet size, history length and DCGM scrape interval.
     overrides
@@ -71,6 +75,15 @@ class MatrixCell:
     scrape_minutes: int
     overrides: Mapping[str, Any] = field(default_factory=dict)
     lemon_faults: float = 0.0
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The truth kinds the cell is scored on, besides the critical faults every cell has."""
+        if self.family == "xid_storm":
+            return ("xid_storm", "job_xid_storm")
+        if self.family == "job_aware":
+            return ()
+        return (self.family,)
 
     @property
     def big(self) -> bool:
@@ -96,8 +109,9 @@ def _ecc(shape: str, scrape: int, nodes: int, days: float, **extra: Any) -> Matr
 
 
 def _storm(lines: tuple[int, int], minutes: tuple[float, float], nodes: int, days: float) -> MatrixCell:
-    # About ten storms per cell (a storm happens only on a busy node: ~85% of the drawn ones).
-    rate = 12.0 * 1000.0 / (nodes * days)
+    # About ten storms of faulty GPUs and ten of jobs per cell (a storm happens only on a busy
+    # node: ~85% of the drawn ones).
+    rate = 24.0 * 1000.0 / (nodes * days)
     return MatrixCell(
         f"storm-{lines[1]}l-{minutes[1]:g}min-{nodes}n-{days:g}d",
         "xid_storm",
@@ -110,28 +124,35 @@ def _storm(lines: tuple[int, int], minutes: tuple[float, float], nodes: int, day
             "xid_storm_lines_max": lines[1],
             "xid_storm_minutes_min": minutes[0],
             "xid_storm_minutes_max": minutes[1],
+            "xid_storm_gpu_fraction": 0.5,
         },
     )
 
 
 def _flap(nodes: int, days: float) -> MatrixCell:
+    # About ten flapping links per cell, and the realistic negative case: half of the reboots
+    # (repairs, maintenance) log a burst of the same NVLink XIDs as the links go down.
     rate = 10.0 * 1000.0 / (nodes * days)
-    return MatrixCell(
-        f"flap-{nodes}n-{days:g}d", "nvlink_flapping", nodes, days, 360, {"nvlink_flapping_rate": rate}
-    )
+    overrides = {"nvlink_flapping_rate": rate, "nvlink_reset_burst_probability": 0.5}
+    return MatrixCell(f"flap-{nodes}n-{days:g}d", "nvlink_flapping", nodes, days, 360, overrides)
 
 
-def _lemon(faults: float, nodes: int, days: float, lemons: int) -> MatrixCell:
+def _lemon(faults: float, nodes: int, days: float, lemons: int, **extra: Any) -> MatrixCell:
     kind = "few" if faults < 5 else "many"
+    tag = "-crashloop" if extra.get("crash_loop_users") else ""
     return MatrixCell(
-        f"lemon-{kind}-{nodes}n-{days:g}d",
+        f"lemon-{kind}{tag}-{nodes}n-{days:g}d",
         "lemon_node",
         nodes,
         days,
         360,
-        {"lemon_node_fraction": lemons / nodes},
+        {"lemon_node_fraction": lemons / nodes, **extra},
         lemon_faults=faults,
     )
+
+
+def _aware(tag: str, nodes: int, days: float, **overrides: Any) -> MatrixCell:
+    return MatrixCell(f"aware-{tag}-{nodes}n-{days:g}d", "job_aware", nodes, days, 360, overrides)
 
 
 #: Every cell. Scrape intervals: 1 minute stands for the fastest DCGM scrapes (30 s scrapes of
@@ -162,6 +183,12 @@ CELLS: Final[tuple[MatrixCell, ...]] = (
     _lemon(10.0, 256, 30, 4),
     _lemon(3.0, 64, 3, 2),
     _lemon(12.0, 500, 90, 6),
+    # Job-aware verdicts: application errors that follow a user are no node's fault. A user whose
+    # jobs crash wherever they run; one whose every job runs, and crashes, on one node (the issue's
+    # case, on the issue's 96-node fleet); lemons with many users' failures beside a crash loop.
+    _aware("anywhere", 256, 14, crash_loop_users=2),
+    _aware("pinned", 96, 14, crash_loop_users=1, crash_loop_pinned_users=1),
+    _lemon(10.0, 128, 21, 3, crash_loop_users=1),
 )
 
 #: Cells small enough for CI: a few minutes for all of them with one seed.

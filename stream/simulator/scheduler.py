@@ -89,6 +89,9 @@ class Cluster:
         Per node with a degrading GPU, the window where no other critical fault strikes it.
     storm_draws
         The XID storms to try, in time order.
+    pins
+        Users whose every (single-node) job runs on one node: user number -> node. Their jobs
+        wait for that node and start on it as soon as it is free, before the queue.
 
     Every arrival, planned fault and storm is queued at construction; :meth:`run` plays them.
     """
@@ -102,6 +105,7 @@ class Cluster:
         fault_plans: list[FaultPlan],
         protected: dict[int, tuple[int, int]],
         storm_draws: tuple[StormDraw, ...],
+        pins: dict[int, int] | None = None,
     ) -> None:
         self.config = config
         self.rng = rng
@@ -135,6 +139,8 @@ class Cluster:
         self.free_heap = list(range(nodes))
         self.free_count = nodes
         self.queue: list[int] = []
+        self.pins = dict(pins or {})
+        self.pinned: dict[int, list[int]] = {node: [] for node in sorted(set(self.pins.values()))}
         self.running: list[tuple[int, int]] = []  # (end_ms, job), sorted
         self.events: list[tuple[int, int, int, int]] = []  # (ts_ms, kind, seq, payload)
         self.seq = 0
@@ -189,7 +195,11 @@ class Cluster:
         """A job is submitted: it gets the next job id and joins the queue."""
         self.job_id[job] = self.next_job_id
         self.next_job_id += 1
-        self.queue.append(job)
+        pinned = self.pins.get(self.user[job])
+        if pinned is not None and self.nnodes[job] == 1:
+            self.pinned[pinned].append(job)
+        else:
+            self.queue.append(job)
         self.schedule(now)
 
     def resubmit(self, job: int, now: int, delay_draw: float) -> None:
@@ -347,7 +357,9 @@ class Cluster:
             self.shadow_dirty = True
         self.storm_of[job] = len(self.storms)
         self.storms.append(
-            StormRecord(len(self.storms), node, gpu, draw.xid, draw.lines, job, now, last, draw.kill)
+            StormRecord(
+                len(self.storms), node, gpu, draw.xid, draw.lines, job, now, last, draw.kill, draw.gpu_fault
+            )
         )
 
     # -- scheduling ----------------------------------------------------------------------------
@@ -372,6 +384,23 @@ class Cluster:
         bisect.insort(self.running, (end, job))
         self.push(end, _EV_END, job)
 
+    def start_pinned(self, now: int) -> None:
+        """Start the jobs waiting for their pinned node on it, where it is free (oldest first)."""
+        for node, waiting in self.pinned.items():
+            if not waiting or self.state[node] != _FREE:
+                continue
+            job = waiting.pop(0)
+            self.state[node] = _BUSY  # its free-heap entry is stale now: skipped when popped
+            self.node_job[node] = job
+            self.free_count -= 1
+            self.job_nodes[job] = (node,)
+            self.start[job] = now
+            end = now + self.runtime[job]
+            self.end[job] = end
+            bisect.insort(self.running, (end, job))
+            self.push(end, _EV_END, job)
+            self.shadow_dirty = True
+
     def compute_shadow(self, head: int) -> None:
         """Reservation of the blocked head: when enough nodes free up, and how many spare."""
         need = self.nnodes[head] - self.free_count
@@ -386,7 +415,10 @@ class Cluster:
         self.shadow_dirty = False
 
     def schedule(self, now: int) -> None:
-        """Start the queue's head jobs while they fit, then backfill behind the blocked head."""
+        """Start the jobs waiting for a pinned node that is free, then the queue's head jobs while
+        they fit, then backfill behind the blocked head."""
+        if self.pinned:
+            self.start_pinned(now)
         queue = self.queue
         started = 0
         while started < len(queue) and self.nnodes[queue[started]] <= self.free_count:

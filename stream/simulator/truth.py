@@ -4,7 +4,8 @@ The file holds the configuration, the span, the true failure rate and its parts 
 hardware-attributed job failures), every planted fault, every job that did not complete, the
 XID counts of ``kernel.log``, the lemon nodes, the maintenance reboots and the crash-looping
 users (``crash_loop_users``: users whose jobs crash wherever they run, no node's fault; see
-:mod:`stream.simulator.planted.crashloop`). Times are ISO 8601 UTC strings
+:mod:`stream.simulator.planted.crashloop`; ``crash_loop_nodes``, only when some are: those of them
+whose every job runs on one node, user -> node). Times are ISO 8601 UTC strings
 (:func:`schemas.timeutil.format_ts`).
 
 The ``faults`` list, ordered by onset then ``fault_id``, holds every kind (see
@@ -24,8 +25,10 @@ ecc_degradation   ``deg-N``     first DCGM scrape where the SBE counter rose (``
                                 span), ``critical_fault_id``, ``failure_xid``, ``end`` (failure
                                 or span end), ``gpus``, ``started``, ``sbe_errors``,
                                 ``sbe_rate_per_day`` ([initial, final])
-xid_storm         ``storm-N``   first line; ``end`` (last line), ``gpus``, ``lines``,
-                                ``killed_job`` (``job_id`` is the job it ran on)
+xid_storm         ``storm-N``   a faulty GPU's storm (hardware XIDs): first line; ``end`` (last
+                                line), ``gpus``, ``lines``, ``killed_job``, ``user`` (``job_id``
+                                and ``user``: the job it ran under)
+job_xid_storm     ``storm-N``   a job's storm (its own application XIDs): the same keys
 nvlink_flapping   ``flap-N``    first XID 144 line; ``end`` (last line), ``gpus`` in the order
                                 they joined (``gpu`` is the first), ``lines``
 lemon_node        ``lemon-N``   the span's start (``gpu``, ``xid`` null); ``end`` (span end),
@@ -54,7 +57,6 @@ from stream.simulator.planted import (
     FAULT_KIND_ECC_DEGRADATION,
     FAULT_KIND_LEMON_NODE,
     FAULT_KIND_NVLINK_FLAPPING,
-    FAULT_KIND_XID_STORM,
     NVLINK_FLAP_XID,
 )
 
@@ -93,7 +95,8 @@ class FaultTruth:
         ``storm-``, ``flap-``, ``lemon-`` for the other kinds).
     kind
         ``critical_hw`` for a hardware fault that needs a drain/reset/RMA at once;
-        ``ecc_degradation``, ``xid_storm``, ``nvlink_flapping`` or ``lemon_node``.
+        ``ecc_degradation``, ``xid_storm`` (a GPU's), ``job_xid_storm`` (a job's crash loop, no
+        fault), ``nvlink_flapping`` or ``lemon_node``.
     node
         Node name.
     onset_ms
@@ -266,6 +269,9 @@ class Truth:
     crash_loop_users
         Users whose jobs crash wherever they run (not a fault of any node): an incident should
         be addressed to each, and no node judged for their failures.
+    crash_loop_nodes
+        Those of them whose every job runs on one node: user -> node (the issue's case: one
+        user's crash loop on the same node day after day).
     """
 
     config: SimulationConfig
@@ -283,6 +289,7 @@ class Truth:
     lemon_nodes: tuple[str, ...] = ()
     maintenance: tuple[MaintenanceTruth, ...] = ()
     crash_loop_users: tuple[str, ...] = ()
+    crash_loop_nodes: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def healthy_nodes(self) -> tuple[str, ...]:
@@ -307,6 +314,7 @@ class Truth:
             "lemon_nodes": list(self.lemon_nodes),
             "maintenance": [item.to_dict() for item in self.maintenance],
             "crash_loop_users": list(self.crash_loop_users),
+            **({"crash_loop_nodes": dict(self.crash_loop_nodes)} if self.crash_loop_nodes else {}),
         }
 
     @classmethod
@@ -330,6 +338,7 @@ class Truth:
             lemon_nodes=tuple(data.get("lemon_nodes") or ()),
             maintenance=tuple(MaintenanceTruth.from_dict(item) for item in data.get("maintenance") or ()),
             crash_loop_users=tuple(data.get("crash_loop_users") or ()),
+            crash_loop_nodes=dict(data.get("crash_loop_nodes") or {}),
         )
 
     def write(self, path: Path) -> None:
@@ -410,11 +419,12 @@ def _planted_faults(history: ClusterHistory) -> list[FaultTruth]:
                 },
             )
         )
+    users = {job.index: job.user for job in history.jobs}
     for storm in history.storms:
         out.append(
             FaultTruth(
                 fault_id=_planted_id("storm", storm.index),
-                kind=FAULT_KIND_XID_STORM,
+                kind=storm.kind,
                 node=names[storm.node],
                 onset_ms=storm.start_ms,
                 gpu=storm.gpu,
@@ -427,6 +437,7 @@ def _planted_faults(history: ClusterHistory) -> list[FaultTruth]:
                     "gpus": [storm.gpu],
                     "lines": storm.lines,
                     "killed_job": storm.killed_job,
+                    "user": users[storm.job_index],
                 },
             )
         )
@@ -513,4 +524,5 @@ def build_truth(history: ClusterHistory) -> Truth:
         lemon_nodes=tuple(names[node] for node in history.lemon_nodes),
         maintenance=tuple(MaintenanceTruth(names[item.node], item.ts_ms) for item in history.maintenance),
         crash_loop_users=history.crash_loop_users,
+        crash_loop_nodes={user: names[node] for user, node in history.crash_loop_nodes.items()},
     )

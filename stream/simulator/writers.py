@@ -60,6 +60,7 @@ XID_MESSAGES: Final[dict[int, str]] = {
     68: "NVDEC0 Exception: Error Interrupt",
     74: "NVLink: fatal error detected on link 5(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)",
     79: "GPU has fallen off the bus.",
+    92: "High single-bit ECC error rate",
     94: "Contained: SM (0x1). RST: No, D-RST: No",
     95: "Uncontained: LTC TAG (0x2,0x0). RST: Yes, D-RST: No",
     109: "Ch 00000008, errorString CTX SWITCH TIMEOUT, Info 0x58005",

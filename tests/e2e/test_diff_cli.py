@@ -61,4 +61,4 @@ def test_the_base_of_a_diff_is_what_replay_stores(tmp_path: Path) -> None:
     }
     assert len(stored) > 20
     assert base == stored
-    assert [c["kind"] for c in result["changes"] if c["change"] != "unchanged"] == ["xid_storm"]
+    assert [c["kind"] for c in result["changes"] if c["change"] != "unchanged"] == ["job_xid_storm"]

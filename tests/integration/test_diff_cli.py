@@ -2,7 +2,8 @@
 removes or changes known incidents, and an unchanged configuration changes none.
 
 The example (examples/sim-48x14, README) has one XID storm (node0021, GPU 0000:bd:00, from
-2024-01-10 00:35) and one lemon node (node0037, from 2024-01-08); its kernel log has XID 13 lines,
+2024-01-10 00:35: application XIDs of the one job running there, so that job's ``job_xid_storm``,
+addressed to its owner) and one lemon node (node0037, from 2024-01-08); its kernel log has XID 13 lines,
 application errors that open no incident. Both replays run in memory: no store, no service.
 """
 
@@ -48,10 +49,10 @@ def test_raising_the_storm_floor_removes_the_known_storm_and_nothing_else(
     assert result["counts"]["added"] == result["counts"]["changed"] == 0
     [removed] = result["changes"]
     assert removed["change"] == "removed" and removed["candidate"] is None
-    assert where(removed) == ("xid_storm", "node0021", "0000:bd:00")
+    assert where(removed) == ("job_xid_storm", "node0021", "0000:bd:00")
     assert removed["base"]["first_evidence"].startswith("2024-01-10T00:33")
     by_kind = result["by_kind"]
-    assert by_kind.pop("xid_storm") == {"added": 0, "removed": 1, "changed": 0, "unchanged": 0}
+    assert by_kind.pop("job_xid_storm") == {"added": 0, "removed": 1, "changed": 0, "unchanged": 0}
     assert by_kind and all(
         row["unchanged"] and row["unchanged"] == sum(row.values()) for row in by_kind.values()
     )
@@ -61,7 +62,7 @@ def test_lowering_the_storm_floor_finds_the_same_storm_earlier(capsys: pytest.Ca
     result = diff(capsys, "--set", "storm_min_events=5")  # the default floor is 10
     assert result["counts"]["changed"] == 1 and result["counts"]["added"] == result["counts"]["removed"] == 0
     [changed] = result["changes"]
-    assert where(changed) == ("xid_storm", "node0021", "0000:bd:00")
+    assert where(changed) == ("job_xid_storm", "node0021", "0000:bd:00")
     assert changed["differences"] == ["first_evidence"]
     assert changed["candidate"]["first_evidence"] < changed["base"]["first_evidence"]
     assert changed["base"]["severity"] == changed["candidate"]["severity"] == "warn"
@@ -116,7 +117,7 @@ def test_the_text_output_counts_then_lists_the_changes(capsys: pytest.CaptureFix
     out = capsys.readouterr().out
     assert "added 0, removed 1, changed 0, unchanged 22" in out
     assert "the base with storm_min_events=1000" in out
-    [line] = [line for line in out.splitlines() if " removed " in line and "xid_storm" in line]
+    [line] = [line for line in out.splitlines() if " removed " in line and "job_xid_storm" in line]
     assert "node0021/0000:bd:00" in line and "warn -> -" in line and "2024-01-10 00:33:52 -> -" in line
 
 

@@ -9,16 +9,18 @@ kind              what                                            module
 ================  ==============================================  ============================
 ecc_degradation   SBE rate of a GPU grows to an uncorrectable     :mod:`.degradation`
                   error (a ``critical_hw`` fault of the cluster)
-xid_storm         hundreds of application XIDs from one GPU of    :mod:`.storms`
-                  a running job, which may die of it
+job_xid_storm     hundreds of application XIDs from one GPU of    :mod:`.storms`
+                  a running job, which may die of it (the job's)
+xid_storm         hundreds of hardware-class XIDs (92) from one   :mod:`.storms`
+                  GPU, whatever job runs there (the GPU's)
 nvlink_flapping   bursts of non-fatal XID 144 for hours           :mod:`.flapping`
 lemon_node        a node failing ``lemon_fault_multiplier`` x as  :mod:`.lemons`
                   often, with extra application XIDs
 ================  ==============================================  ============================
 
 Benign noise that no detector should flag (:mod:`.noise`): single SBE increments of 1 to 3 on a
-few percent of the GPUs, and maintenance reboots (volatile counters drop to 0) of nodes that have
-no fault.
+few percent of the GPUs, maintenance reboots (volatile counters drop to 0) of nodes that have
+no fault, and (when configured) a burst of NVLink XIDs as a rebooting node's links go down.
 
 **Rate split.** ``hardware_failure_rate`` stays the cluster-wide rate of critical faults per 1000
 node-days; :mod:`.rates` splits it between healthy nodes, lemons and degradation failures.
@@ -52,10 +54,18 @@ from stream.simulator.planted.lemons import (
     choose_lemons,
     lemon_xids,
 )
-from stream.simulator.planted.noise import MaintenanceRecord, plan_maintenance, plan_sbe_blips
+from stream.simulator.planted.noise import (
+    RESET_BURST_XID,
+    MaintenanceRecord,
+    plan_maintenance,
+    plan_reset_bursts,
+    plan_sbe_blips,
+)
 from stream.simulator.planted.rates import FaultRates, fault_rates
 from stream.simulator.planted.storms import (
+    FAULT_KIND_JOB_XID_STORM,
     FAULT_KIND_XID_STORM,
+    GPU_STORM_XIDS,
     STORM_XIDS,
     StormDraw,
     StormRecord,
@@ -68,11 +78,14 @@ from stream.simulator.planted.storms import (
 __all__ = [
     "DEGRADATION_FAILURE_TEMPLATES",
     "FAULT_KIND_ECC_DEGRADATION",
+    "FAULT_KIND_JOB_XID_STORM",
     "FAULT_KIND_LEMON_NODE",
     "FAULT_KIND_NVLINK_FLAPPING",
     "FAULT_KIND_XID_STORM",
+    "GPU_STORM_XIDS",
     "LEMON_MIN_CLUSTER_NODES",
     "NVLINK_FLAP_XID",
+    "RESET_BURST_XID",
     "STORM_XIDS",
     "DegradationPlan",
     "DegradationRecord",
@@ -88,6 +101,7 @@ __all__ = [
     "plan_degradations",
     "plan_flapping",
     "plan_maintenance",
+    "plan_reset_bursts",
     "plan_sbe_blips",
     "plan_storms",
     "storm_evidence",

@@ -8,6 +8,12 @@
     the next job crashes elsewhere. The scheduler spreads them over the fleet, so they also land
     on lemon nodes (a node with a real fault *and* a crash-looping user's failures).
 
+``crash_loop_pinned_users``
+    The first of them run every job on one node of their own (drawn at random: a debug node
+    they name with ``--nodelist``), the issue's case: the same node sees their crash loop day
+    after day while other users' jobs there complete. The scheduler starts a pinned job as soon
+    as its node is free, before the queue (:func:`crash_loop_pins`).
+
 A crash-looping user is not a fault of a node: the truth lists them apart
 (``crash_loop_users``), and ``faultstream evaluate`` counts how many got an incident addressed
 to them and how many false lemon verdicts the fleet got.
@@ -27,7 +33,7 @@ from schemas.timeutil import MINUTE_MS
 from stream.simulator.config import SECOND_MS, SimulationConfig
 from stream.simulator.workload import JOB_NAMES, Demand, JobOutcome, user_count
 
-__all__ = ["CRASH_LOOP_XIDS", "add_crash_loops", "crash_loop_user_names"]
+__all__ = ["CRASH_LOOP_XIDS", "add_crash_loops", "crash_loop_pins", "crash_loop_user_names"]
 
 #: The application XIDs a crash-looping job dies with (code, weight): an illegal memory access
 #: (13) or a driver-killed context (43), as the issue's debug jobs showed.
@@ -89,3 +95,21 @@ def add_crash_loops(
         }
     )
     return merged[order], joined
+
+
+def crash_loop_pins(config: SimulationConfig, rng: np.random.Generator) -> dict[int, int]:
+    """The pinned crash-looping users: user number -> the node every one of their jobs runs on.
+
+    The first ``crash_loop_pinned_users`` crash-looping users, each on a node of their own, drawn
+    after :func:`add_crash_loops`'s draws (nothing is drawn without pinned users).
+
+    >>> config = SimulationConfig(nodes=64, crash_loop_users=2, crash_loop_pinned_users=1)
+    >>> pins = crash_loop_pins(config, np.random.default_rng(0))
+    >>> list(pins) == [user_count(config)], 0 <= pins[user_count(config)] < 64
+    (True, True)
+    """
+    if config.crash_loop_pinned_users == 0:
+        return {}
+    first = user_count(config)
+    nodes = rng.choice(config.nodes, size=config.crash_loop_pinned_users, replace=False)
+    return {first + k: int(node) for k, node in enumerate(nodes.tolist())}

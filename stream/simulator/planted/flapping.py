@@ -16,7 +16,7 @@ from schemas.timeutil import HOUR_MS, MINUTE_MS
 from stream.simulator.config import SimulationConfig
 from stream.simulator.events import XidRecord, line_us
 
-__all__ = ["FAULT_KIND_NVLINK_FLAPPING", "NVLINK_FLAP_XID", "FlapRecord", "plan_flapping"]
+__all__ = ["FAULT_KIND_NVLINK_FLAPPING", "FLAP_MIN_GAP_MS", "NVLINK_FLAP_XID", "FlapRecord", "plan_flapping"]
 
 FAULT_KIND_NVLINK_FLAPPING: Final = "nvlink_flapping"
 
@@ -28,6 +28,9 @@ _FLAP_HOURS: Final = (6.0, 48.0)
 _FLAP_MAX_GPUS: Final = 5
 _FLAP_BURST_LINES: Final = (3, 20)
 _FLAP_GAP_MINUTES: Final = (15, 120)
+#: The shortest gap between two bursts of a flapping link: an episode whose lines span less logged
+#: one burst only (it began minutes before the span's end), not yet a recurrence.
+FLAP_MIN_GAP_MS: Final = _FLAP_GAP_MINUTES[0] * MINUTE_MS
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,17 @@
 """Benign noise around the planted faults, which no detector should flag.
 
-Single SBE increments of 1 to 3 on a few percent of the GPUs (:func:`plan_sbe_blips`), and
+Single SBE increments of 1 to 3 on a few percent of the GPUs (:func:`plan_sbe_blips`),
 maintenance reboots (volatile counters drop to 0) of nodes that have no fault
-(:func:`plan_maintenance`).
+(:func:`plan_maintenance`), and the NVLink errors a reboot may log as the node's links go down
+(:func:`plan_reset_bursts`).
+
+**Reset bursts.** When a GPU is reset or its node reboots, its NVLinks go down, and the driver
+can report it: NVIDIA's catalog says a GPU connected over NVLink "may report an Xid 74 simply
+because the link went down", and its XID 144-150 decode sheet lists link-down reasons such as
+``Peer_side_down_due_to_reset_event``. The simulator stands for that with a burst, within two
+seconds of the reboot, of 1 to 2 non-fatal XID 144 lines on each of 2 to all GPUs of the node
+(``nvlink_reset_burst_probability`` of the reboots, repairs and maintenance alike): one burst,
+no flapping link, however many lines.
 """
 
 from __future__ import annotations
@@ -15,10 +24,13 @@ import numpy as np
 
 from schemas.timeutil import DAY_MS, MINUTE_MS
 from stream.simulator.config import SECOND_MS, SimulationConfig
-from stream.simulator.events import EccEvent, EccEventKind
+from stream.simulator.events import EccEvent, EccEventKind, XidRecord, line_us
 from stream.simulator.workload import JobRecord, jobs_by_node
 
-__all__ = ["MaintenanceRecord", "plan_maintenance", "plan_sbe_blips"]
+__all__ = ["RESET_BURST_XID", "MaintenanceRecord", "plan_maintenance", "plan_reset_bursts", "plan_sbe_blips"]
+
+#: The NVLink XID a reset burst logs: a flapping link's non-fatal 144, the hardest case to tell apart.
+RESET_BURST_XID: Final = 144
 
 # Maintenance: the node must be idle this long on each side of the reboot.
 _MAINTENANCE_IDLE_MS: Final = 10 * MINUTE_MS
@@ -107,3 +119,30 @@ def plan_sbe_blips(
         EccEvent(ts_ms, EccEventKind.SBE, flat // gpn, flat % gpn, errors=size)
         for flat, ts_ms, size in zip(chosen.tolist(), times, sizes, strict=True)
     ]
+
+
+def plan_reset_bursts(
+    config: SimulationConfig, reboots: Sequence[tuple[int, int]], rng: np.random.Generator
+) -> list[XidRecord]:
+    """NVLink XIDs of the links going down at reboots: for each ``(ts_ms, node)`` reboot, with
+    probability ``nvlink_reset_burst_probability``, 1 to 2 lines of :data:`RESET_BURST_XID` on each
+    of 2 to all GPUs of the node within two seconds (no process: the driver logs them).
+
+    Returns
+    -------
+    list[XidRecord]
+        The lines, in reboot order.
+    """
+    gpn = config.gpus_per_node
+    out: list[XidRecord] = []
+    for ts_ms, node in reboots:
+        if rng.random() >= config.nvlink_reset_burst_probability:
+            continue
+        count = int(rng.integers(min(2, gpn), gpn + 1))
+        gpus = sorted(int(gpu) for gpu in rng.choice(gpn, size=count, replace=False))
+        for gpu in gpus:
+            for _ in range(int(rng.integers(1, 3))):
+                at = ts_ms + int(rng.integers(0, 2 * SECOND_MS))
+                if at < config.end_ms:
+                    out.append(XidRecord(line_us(at, rng), node, gpu, RESET_BURST_XID, None, ""))
+    return out

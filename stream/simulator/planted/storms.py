@@ -1,10 +1,17 @@
-"""XID storms: a burst of application XIDs from one GPU of a running job.
+"""XID storms: a burst of XIDs from one GPU of a running job, the job's or the GPU's.
 
-``xid_storm``
+``job_xid_storm``
     Forty to four hundred application XIDs (13, 31 or 43) from one GPU of a running job, over
-    20 minutes to 3 hours (the defaults of ``xid_storm_lines_*`` and ``xid_storm_minutes_*``);
-    the job may die of it, a user-looking failure (not hardware). A storm drawn on an idle node
-    does not happen, so about ``utilization x xid_storm_rate`` happen.
+    20 minutes to 3 hours (the defaults of ``xid_storm_lines_*`` and ``xid_storm_minutes_*``),
+    logged by the job's own process: the job's crash loop, no fault of the GPU (job-aware
+    verdicts: it is told to the job's owner, never a node verdict). The job may die of it, a
+    user-looking failure (not hardware).
+``xid_storm``
+    The same burst from a faulty GPU (a share ``xid_storm_gpu_fraction`` of the storms): the
+    hardware-class XID 92 (high single-bit ECC error rate, no process named), whatever job runs
+    there; the job lives on. A GPU storm for the node's operators.
+
+A storm drawn on an idle node does not happen, so about ``utilization x xid_storm_rate`` happen.
 
 :func:`plan_storms` draws them before the cluster runs; the cluster
 (:mod:`stream.simulator.scheduler`) decides with :func:`storm_window` whether each happens and
@@ -27,7 +34,9 @@ from stream.simulator.events import XidRecord, job_pid, line_us
 from stream.simulator.workload import JobRecord
 
 __all__ = [
+    "FAULT_KIND_JOB_XID_STORM",
     "FAULT_KIND_XID_STORM",
+    "GPU_STORM_XIDS",
     "STORM_XIDS",
     "StormDraw",
     "StormRecord",
@@ -38,9 +47,13 @@ __all__ = [
 ]
 
 FAULT_KIND_XID_STORM: Final = "xid_storm"
+FAULT_KIND_JOB_XID_STORM: Final = "job_xid_storm"
 
-#: Application XIDs a storm repeats (one code per storm).
+#: Application XIDs a job's storm repeats (one code per storm).
 STORM_XIDS: Final[tuple[int, ...]] = (13, 31, 43)
+#: Hardware-class XIDs a faulty GPU's storm repeats: 92, high single-bit ECC error rate (warn, no
+#: job evidence: it kills no job and explains no job's failure).
+GPU_STORM_XIDS: Final[tuple[int, ...]] = (92,)
 
 # A storm shorter than this (as drawn) still needs this much of its job's run.
 _STORM_MIN_MS: Final = 20 * MINUTE_MS
@@ -59,6 +72,7 @@ class StormDraw(NamedTuple):
     kill: bool
     gpu_draw: float
     delay_draw: float
+    gpu_fault: bool = False  # the GPU's storm (hardware XIDs), not the job's
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +88,8 @@ class StormRecord:
         during the storm cuts it short).
     killed_job
         The storm killed the job (FAILED, for user reasons) shortly after its last line.
+    gpu_fault
+        The GPU's storm (hardware-class XIDs, no process), not the job's.
     """
 
     index: int
@@ -85,12 +101,22 @@ class StormRecord:
     start_ms: int
     end_ms: int
     killed_job: bool
+    gpu_fault: bool = False
+
+    @property
+    def kind(self) -> str:
+        """The truth kind: :data:`FAULT_KIND_XID_STORM` (the GPU's) or
+        :data:`FAULT_KIND_JOB_XID_STORM` (the job's)."""
+        return FAULT_KIND_XID_STORM if self.gpu_fault else FAULT_KIND_JOB_XID_STORM
 
 
 def plan_storms(config: SimulationConfig, rng: np.random.Generator) -> tuple[StormDraw, ...]:
     """Draw the XID storms: ``xid_storm_rate`` per 1000 node-days, uniform times and nodes.
 
-    A storm only happens on a node that runs a job at that time (decided by the cluster).
+    A storm only happens on a node that runs a job at that time (decided by the cluster). A share
+    ``xid_storm_gpu_fraction`` of them are the GPU's: they repeat a code of
+    :data:`GPU_STORM_XIDS` and kill no job (drawn after everything else, only when the share is
+    not 0, so that a configuration without GPU storms draws what it drew before they existed).
 
     Returns
     -------
@@ -109,16 +135,22 @@ def plan_storms(config: SimulationConfig, rng: np.random.Generator) -> tuple[Sto
     kills = rng.random(count) < config.xid_storm_kill_probability
     gpu_draws = rng.random(count)
     delay_draws = rng.random(count)
+    gpu_fault = np.zeros(count, dtype=bool)
+    gpu_codes = np.zeros(count, dtype=np.int64)
+    if config.xid_storm_gpu_fraction > 0:
+        gpu_fault = rng.random(count) < config.xid_storm_gpu_fraction
+        gpu_codes = rng.integers(0, len(GPU_STORM_XIDS), size=count)
     return tuple(
         StormDraw(
             int(times[i]),
             int(nodes[i]),
             int(durations[i]),
             int(lines[i]),
-            STORM_XIDS[int(codes[i])],
-            bool(kills[i]),
+            GPU_STORM_XIDS[int(gpu_codes[i])] if gpu_fault[i] else STORM_XIDS[int(codes[i])],
+            bool(kills[i]) and not gpu_fault[i],
             float(gpu_draws[i]),
             float(delay_draws[i]),
+            bool(gpu_fault[i]),
         )
         for i in range(count)
     )
@@ -138,7 +170,7 @@ def storm_window(draw: StormDraw, now: int, job_end_ms: int) -> int | None:
 
 
 def storm_lines(
-    storm: StormRecord, until_ms: int, pid: int, process: str, rng: np.random.Generator
+    storm: StormRecord, until_ms: int, pid: int | None, process: str, rng: np.random.Generator
 ) -> list[XidRecord]:
     """XID lines of a storm: the first at its start, the last at its planned end, the rest
     uniform between; lines at or after ``until_ms`` (the job's actual end, the span's end) are
@@ -181,7 +213,10 @@ def storm_evidence(
     for storm in storms:
         job = jobs[storm.job_index]
         until = min(job.end_ms if job.end_ms is not None else config.end_ms, config.end_ms)
-        logged = storm_lines(storm, until, job_pid(job.index, storm.node), job.process, rng)
+        if storm.gpu_fault:  # the driver logs the GPU's errors: no process
+            logged = storm_lines(storm, until, None, "", rng)
+        else:
+            logged = storm_lines(storm, until, job_pid(job.index, storm.node), job.process, rng)
         lines += logged
         records.append(
             dataclasses.replace(

@@ -189,13 +189,21 @@ def partitioned(records: list[Record], partitions: int, seed: int) -> Outcome:
 @pytest.fixture(scope="module")
 def clusters(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Record]]:
     """The bundled example and four simulated clusters (32 to 400 nodes; two with under a week of
-    history; one with a user whose jobs crash wherever they run: job-aware verdicts are fleet-wide
+    history; one with job-aware cases: a user whose jobs crash wherever they run, one whose jobs
+    all crash on one node, storms of jobs and of faulty GPUs; job-aware verdicts are fleet-wide
     too)."""
     found = {"example": records_of(EXAMPLE)}
     for name, sim in {
         "60 nodes x 20 days": SimulationConfig(nodes=60, days=20, seed=11, ecc_interval_minutes=720),
         "120 nodes x 5 days": SimulationConfig(
-            nodes=120, days=5, seed=12, ecc_interval_minutes=720, crash_loop_users=1
+            nodes=120,
+            days=5,
+            seed=12,
+            ecc_interval_minutes=720,
+            crash_loop_users=2,
+            crash_loop_pinned_users=1,
+            xid_storm_rate=30.0,
+            xid_storm_gpu_fraction=0.5,
         ),
         "400 nodes x 10 days": SimulationConfig(nodes=400, days=10, seed=13, ecc_interval_minutes=1440),
         # The matrix's short-history lemon cell: verdicts from 2 days on, every 6 hours.
@@ -230,16 +238,19 @@ def test_the_simulated_clusters_have_lemons_storms_and_cross_partition_jobs(
     kinds = {i.kind for i in embedded(clusters["60 nodes x 20 days"]).incidents.values()}
     assert IncidentKind.LEMON_NODE in kinds
     kinds = {i.kind for i in embedded(clusters["400 nodes x 10 days"]).incidents.values()}
-    assert {IncidentKind.LEMON_NODE, IncidentKind.XID_STORM} <= kinds
-    crash_loops = [
-        i
-        for i in embedded(clusters["120 nodes x 5 days"]).incidents.values()
-        if i.kind is IncidentKind.JOB_APP_ERRORS
-    ]
-    assert [i.evidence["owner"] for i in crash_loops] == [
-        "user016"
-    ]  # the crash-looping user, after 15 regular
-    assert len(crash_loops[0].evidence["nodes"]) > 1
+    # The simulator's default storms are application XIDs of the one job on their node: the job's.
+    assert {IncidentKind.LEMON_NODE, IncidentKind.JOB_XID_STORM} <= kinds
+    aware = embedded(clusters["120 nodes x 5 days"]).incidents.values()
+    crash_loops = {i.evidence["owner"]: i for i in aware if i.kind is IncidentKind.JOB_APP_ERRORS}
+    # The crash-looping users, after 15 regular: user016's jobs all run on one node, user017's anywhere.
+    assert sorted(crash_loops) == ["user016", "user017"]
+    assert len(crash_loops["user016"].evidence["nodes"]) == 1 < len(crash_loops["user017"].evidence["nodes"])
+    pinned = crash_loops["user016"].evidence["nodes"][0]
+    assert not [i for i in aware if i.kind is IncidentKind.LEMON_NODE and i.node == pinned]
+    # Storms of jobs go to their owners, storms of faulty GPUs are the GPUs': both kinds happen.
+    job_storms = [i for i in aware if i.kind is IncidentKind.JOB_XID_STORM]
+    assert job_storms and all(i.evidence["owner"] for i in job_storms)
+    assert any(i.kind is IncidentKind.XID_STORM for i in aware)
     assert any(
         isinstance(r, JobEvent) and len({partition_of(n, 4) for n in r.nodes}) > 1
         for r in clusters["60 nodes x 20 days"]
@@ -325,7 +336,7 @@ def test_a_job_is_attributed_once_with_the_evidence_of_every_core() -> None:
 
 
 def test_the_storm_baseline_is_an_exact_quantile_of_peaks_two_periods_back() -> None:
-    fleet = FleetCore(FleetConfig(baseline_period_ms=DAY_MS), partitions=1)
+    fleet = FleetCore(FleetConfig(baseline_period_ms=DAY_MS, baseline_min_gpus=1), partitions=1)
     peaks = [FleetFact(HOUR_MS * h, PEAK, value=v) for h, v in ((1, 10), (2, 30), (30, 99))]
     fleet.add(0, peaks)
     fleet.advance(0, 3 * DAY_MS + 1)
@@ -333,3 +344,26 @@ def test_the_storm_baseline_is_an_exact_quantile_of_peaks_two_periods_back() -> 
     assert fleet.baseline(2 * DAY_MS) == 30.0  # the peaks of day 0 only
     assert fleet.baseline(3 * DAY_MS) == 99.0
     assert exact_quantile([10, 30], 0.99) == 30.0
+
+
+def test_a_burst_size_is_usual_only_when_many_gpus_reach_it() -> None:
+    """In a quiet 64-node fleet (the tuning case of the matrix's 10-20 line storms): a hundred
+    bursts of 1 or 2 XIDs, and four GPUs whose jobs' crashes logged 4 or 5. The 99th percentile is
+    the second-largest burst, 4, and a storm would need 12 lines; no ten GPUs ever reached 3, so the
+    usual burst is 2 and the floor of 10 decides."""
+    facts = [FleetFact(HOUR_MS + n, PEAK, f"n{n % 60}", key=f"g{n % 8}", value=1 + n % 2) for n in range(100)]
+    facts += [
+        FleetFact(2 * HOUR_MS + n, PEAK, f"n{n}", key="g0", value=v) for n, v in enumerate((4, 5, 4, 4))
+    ]
+    quantile_only = FleetCore(FleetConfig(baseline_min_gpus=1), partitions=1)
+    robust = FleetCore(FleetConfig(), partitions=1)
+    for fleet in (quantile_only, robust):
+        fleet.add(0, facts)
+        fleet.advance(0, 3 * DAY_MS + 1)
+    assert quantile_only.baseline(2 * DAY_MS) == 4.0
+    assert robust.baseline(2 * DAY_MS) == 2.0
+    # A fleet where every GPU's jobs log bursts of 30: that is usual, and stays the bar.
+    busy = FleetCore(FleetConfig(), partitions=1)
+    busy.add(0, [FleetFact(HOUR_MS + n, PEAK, f"n{n}", key="g0", value=30) for n in range(40)])
+    busy.advance(0, 3 * DAY_MS + 1)
+    assert busy.baseline(2 * DAY_MS) == 30.0

@@ -231,3 +231,32 @@ def test_a_checkpoint_from_before_job_aware_verdicts_still_loads() -> None:
         "",
         set(),
     )
+
+
+def test_a_checkpoint_from_before_job_aware_storms_still_loads() -> None:
+    """The previous version's core pickled a configuration without the fields added since (a
+    frozen dataclass with slots pickles its values in order) and no job-storm state; its fleet
+    stage kept no per-GPU peaks. Both load: new fields at their defaults, new state empty, the
+    storm baseline from the quantile alone."""
+    from detectors.fleet import FleetConfig, FleetCore
+
+    core = DetectionCore(config())
+    old_config = CoreConfig.__new__(CoreConfig)
+    values = config().__getstate__()
+    old_config.__setstate__(values[:-3])
+    assert not hasattr(old_config, "storm_owner_window_hours")
+    state = {k: v for k, v in core.__dict__.items() if k not in ("_job_storms", "_storm_owners")}
+    state["config"] = old_config
+    restored = DetectionCore.__new__(DetectionCore)
+    restored.__setstate__(state)
+    assert restored.config == config() and restored._job_storms == {}
+    assert restored.process(xid(0, "n1", 13))
+
+    fleet = FleetCore(FleetConfig())
+    old_fleet = FleetConfig.__new__(FleetConfig)
+    old_fleet.__setstate__(FleetConfig().__getstate__()[:-1])
+    state = {k: v for k, v in fleet.__dict__.items() if k not in ("_gpu_peak", "_gpu_maxima")}
+    state["config"] = old_fleet
+    revived = FleetCore.__new__(FleetCore)
+    revived.__setstate__(state)
+    assert revived.config == FleetConfig() and revived._gpu_maxima is None

@@ -129,8 +129,12 @@ def test_one_fault_is_one_episode_and_no_verdict_before_enough_history():
     assert tracker._nodes["n1"].signals["hw_incidents"] == deque([DAY_MS])
 
 
-def xid(ts, node="n1", code=13, bus="0000:07:00"):
-    return XidEvent(ts_ms=ts, cluster="c", node=node, xid=code, pci_bus_id=bus)
+def xid(ts, node="n1", code=13, bus="0000:07:00", message=""):
+    return XidEvent(ts_ms=ts, cluster="c", node=node, xid=code, pci_bus_id=bus, message=message)
+
+
+#: A non-fatal NVLink error (NVIDIA's decode sheet: ignore), as a flapping link logs it.
+NONFATAL_144 = "NVLink: SAW MVB non-fatal error, Link 03 (0x00000000 0x00000000 0x00000000 0x00000000)"
 
 
 def incidents_of(records, config=None):
@@ -141,19 +145,120 @@ def incidents_of(records, config=None):
     return out
 
 
+def running(job_id, user, node="n1", ts=T0 - HOUR):
+    return JobEvent(ts_ms=ts, cluster="c", job_id=job_id, state=JobState.RUNNING, nodes=(node,), gpus=8,
+                    start_ms=ts, user=user, name="train")  # fmt: skip
+
+
+def ended(job_id, user, ts, node="n1", start=T0 - HOUR):
+    return JobEvent(ts_ms=ts, cluster="c", job_id=job_id, state=JobState.FAILED, nodes=(node,), gpus=8,
+                    start_ms=start, end_ms=ts, user=user, name="train")  # fmt: skip
+
+
+def of_kind(incidents, kind):
+    return [i for i in incidents if i.kind == kind]
+
+
 def test_core_turns_an_application_xid_storm_into_one_warn_incident():
+    """With no job on the node (no owner known), a storm of application XIDs is the GPU's; with
+    the one job that runs there, the same storm is that job's, addressed to its owner."""
     storm = [xid(T0 + i * 60_000) for i in range(60)]
-    found = [i for i in incidents_of(storm) if i.kind == IncidentKind.XID_STORM]
+    found = of_kind(incidents_of(storm), IncidentKind.XID_STORM)
     assert len({i.incident_id for i in found}) == 1
     assert found[0].severity.value == "warn"
     assert found[0].gpu == "0000:07:00"
     isolated = [xid(T0 + i * HOUR) for i in range(60)]
-    assert not [i for i in incidents_of(isolated) if i.kind == IncidentKind.XID_STORM]
+    assert not of_kind(incidents_of(isolated), IncidentKind.XID_STORM)
+
+    owned = incidents_of([running("7", "dbg"), *storm])
+    assert not of_kind(owned, IncidentKind.XID_STORM)
+    [job_storm] = {i.incident_id: i for i in of_kind(owned, IncidentKind.JOB_XID_STORM)}.values()
+    assert job_storm.severity.value == "warn" and job_storm.evidence["owner"] == "dbg"
+    assert job_storm.evidence["jobs"] == ["7"] and "no node action" in job_storm.action
+
+
+def test_a_crash_loop_under_one_users_job_makes_no_node_storm():
+    """One job of user ``dbg`` crash-loops: its process dies and restarts on GPU 0, logging XID 13
+    and 43 a dozen times an hour for three hours. That is the job's crash loop, told to ``dbg``
+    (one ``job_xid_storm``); the node and its GPU get no storm verdict."""
+    records = [running("7", "dbg")]
+    for minute in range(0, 180, 5):
+        records.append(xid(T0 + minute * 60_000, code=13))
+        records.append(xid(T0 + minute * 60_000 + 500, code=43))
+    records.append(ended("7", "dbg", T0 + 181 * 60_000))
+    found = incidents_of(records)
+    assert sum(1 for r in records if isinstance(r, XidEvent) and r.ts_ms < T0 + HOUR) >= 10
+    assert not of_kind(found, IncidentKind.XID_STORM)
+    owner = {i.incident_id: i for i in of_kind(found, IncidentKind.JOB_XID_STORM)}
+    assert [i.evidence["owner"] for i in owner.values()] == ["dbg"]
+    assert [i.node for i in found if i.kind != IncidentKind.JOB_XID_STORM] == []  # no node incident at all
+
+
+def test_a_hardware_class_storm_under_one_users_job_is_still_the_gpus():
+    """The same job, the same rate, but XID 92 (high single-bit ECC error rate, hardware-class):
+    evidence of the GPU whoever runs there, so it is a GPU storm, not the job's."""
+    records = [running("7", "dbg")]
+    for minute in range(0, 180, 5):
+        records.append(xid(T0 + minute * 60_000, code=92))
+        records.append(xid(T0 + minute * 60_000 + 500, code=92))
+    storms = of_kind(incidents_of(records), IncidentKind.XID_STORM)
+    assert len({i.incident_id for i in storms}) == 1 and storms[0].gpu == "0000:07:00"
+    assert storms[0].evidence["job_context"][0]["user"] == "dbg"
+    assert not of_kind(incidents_of(records), IncidentKind.JOB_XID_STORM)
+
+
+def test_application_storms_that_follow_one_gpu_across_users_are_the_gpus():
+    """A GPU whose application XIDs storm under ``ann``'s job, then, days later, under ``bob``'s:
+    the evidence stays with the GPU across users, so bob's storm is a GPU storm. The same user's
+    second job storming there again stays that user's."""
+
+    def storm_under(job_id, user, start):
+        out = [running(job_id, user, ts=start - HOUR)]
+        out += [xid(start + minute * 60_000, code=31) for minute in range(0, 30, 2)]
+        out.append(ended(job_id, user, start + HOUR, start=start - HOUR))
+        return out
+
+    again = storm_under("1", "ann", T0) + storm_under("2", "ann", T0 + 2 * DAY_MS)
+    assert not of_kind(incidents_of(again), IncidentKind.XID_STORM)
+    assert len({i.incident_id for i in of_kind(incidents_of(again), IncidentKind.JOB_XID_STORM)}) == 2
+
+    moved = storm_under("1", "ann", T0) + storm_under("2", "bob", T0 + 2 * DAY_MS)
+    found = incidents_of(moved)
+    [gpu_storm] = {i.incident_id: i for i in of_kind(found, IncidentKind.XID_STORM)}.values()
+    assert gpu_storm.gpu == "0000:07:00" and gpu_storm.first_evidence_ms > T0 + 2 * DAY_MS
+    assert [i.evidence["owner"] for i in of_kind(found, IncidentKind.JOB_XID_STORM)][-1] == "ann"
+    late = storm_under("1", "ann", T0) + storm_under("2", "bob", T0 + 9 * DAY_MS)  # past the window
+    assert not of_kind(incidents_of(late), IncidentKind.XID_STORM)
+
+
+def test_one_burst_of_nvlink_errors_is_no_flapping_and_recurring_bursts_are():
+    """A GPU reset or reboot takes the node's links down at once: one burst of NVLink XIDs on
+    every GPU (NVIDIA: peers log NVLink errors "simply because the link went down"). That is no
+    flapping link, however many GPUs log it; the same errors coming back half an hour later are,
+    on one GPU too, from the first line of the second burst."""
+    buses = ["0000:07:00", "0000:0f:00", "0000:47:00", "0000:4e:00", "0000:87:00", "0000:90:00"]
+    reset = [xid(T0 + k * 300, code=144, bus=buses[k % 6], message=NONFATAL_144) for k in range(18)]
+    assert not of_kind(incidents_of(reset), IncidentKind.NVLINK_FLAPPING)
+    first = [xid(T0 + k * 1_000, code=144, message=NONFATAL_144) for k in range(5)]
+    again = [xid(T0 + 30 * 60_000 + k * 1_000, code=144, message=NONFATAL_144) for k in range(5)]
+    found = of_kind(incidents_of(first + again), IncidentKind.NVLINK_FLAPPING)
+    assert found and found[0].detected_ms == T0 + 30 * 60_000 and found[0].node == "n1"
+
+
+def test_a_fatal_nvlink_error_and_its_repairs_reboot_are_no_flapping():
+    """XID 74 (fatal: a critical incident at once), then, hours later, the burst its repair's reboot
+    logs as the links go down: two bursts of NVLink errors, but only one of them non-fatal."""
+    records = [xid(T0, code=74, message="NVLink: fatal error detected on link 5(0x0, 0x0, 0x10000)")]
+    records += [
+        xid(T0 + 8 * HOUR + k * 300, code=144, bus=f"0000:{k:02x}:00", message=NONFATAL_144) for k in range(8)
+    ]
+    found = incidents_of(records)
+    assert of_kind(found, IncidentKind.GPU_NVLINK) and not of_kind(found, IncidentKind.NVLINK_FLAPPING)
 
 
 def test_core_flags_nvlink_errors_spreading_over_a_node():
     buses = ["0000:07:00", "0000:0f:00", "0000:47:00"]
-    records = [xid(T0 + i * 30 * 60_000, code=144, bus=buses[i % 3]) for i in range(8)]
+    records = [xid(T0 + i * 30 * 60_000, code=144, bus=buses[i % 3], message=NONFATAL_144) for i in range(8)]
     found = [i for i in incidents_of(records) if i.kind == IncidentKind.NVLINK_FLAPPING]
     assert found and found[0].gpu == "" and found[0].node == "n1"
 

@@ -12,7 +12,7 @@ STORED_KINDS = {
     "gpu_application", "gpu_memory", "gpu_row_remap", "gpu_nvlink", "gpu_bus", "gpu_firmware",
     "gpu_engine", "gpu_driver", "gpu_thermal_power", "gpu_recovery", "xid_unknown", "nvswitch_fatal",
     "nvswitch_nonfatal", "xid_storm", "nvlink_flapping", "ecc_trend", "lemon_node", "job_hw_failure",
-    "job_app_errors",
+    "job_app_errors", "job_xid_storm",
 }  # fmt: skip
 
 

@@ -81,3 +81,24 @@ def test_a_line_that_does_not_parse_says_so_and_exits_1(capsys, line, reason):
 def test_an_unknown_code_is_flagged(capsys):
     _, out = explain(capsys, "4242")
     assert "not in NVIDIA's catalog" in out and "unknown" in out
+
+
+def test_the_verdict_names_an_owners_job_storm_or_a_crash_loop_that_follows_them():
+    from stream.cli.explain import _text, explain_items
+    from stream.inputs.parsers.options import ParseOptions
+
+    [result] = explain_items(["13"], ParseOptions(year=2024))
+    job = {"job_id": "7", "user": "dbg", "name": "train", "num_nodes": 1, "gpus": 8,
+           "start": "2024-01-01T00:00:00.000Z", "state": "RUNNING", "end": None}  # fmt: skip
+    storm = {
+        "incident_id": "inc-1",
+        "kind": "job_xid_storm",
+        "owner": "dbg",
+        "summary": "[warn] XID storm from one job",
+    }
+    text = _text({**result, "jobs": [job], "owner_incidents": [storm]})
+    assert "a storm of user dbg's job: the job's, not the node's" in text and "inc-1 to user dbg" in text
+    loop = {**storm, "kind": "job_app_errors", "summary": "[warn] Application errors follow user dbg's jobs"}
+    assert "the errors follow user dbg: not the node's" in _text(
+        {**result, "jobs": [job], "owner_incidents": [loop]}
+    )

@@ -75,14 +75,22 @@ def test_detection_before_onset_or_after_the_window_does_not_count():
         assert by_name(score_detectors(truth(storm), rows))["XID storm"].detected == detected
 
 
-def test_faults_too_close_to_the_end_are_censored_not_missed():
+def test_faults_too_close_to_the_end_or_cut_short_are_censored_not_missed():
     late = FaultTruth("deg-2", "ecc_degradation", "n1", T0 + 40 * H, gpu=0, pci_bus_id="0000:07:00")
+    # A flapping link on one GPU is one (the detector no longer waits for a second GPU).
     unspread = FaultTruth(
         "flap-1", "nvlink_flapping", "n2", T0, details={"gpus": [3], "end": "2024-01-01T05:00:00Z"}
     )
-    scores = by_name(score_detectors(truth(late, unspread), []))
+    # A storm whose job ended after 3 of its lines: fewer than the scenario's smallest storm (40).
+    cut = FaultTruth("storm-1", "xid_storm", "n3", T0, gpu=0, pci_bus_id="0000:07:00",
+                     details={"end": "2024-01-01T00:01:00Z", "lines": 3})  # fmt: skip
+    # A flapping link that logged its first burst only, 20 s, before the span ended: no recurrence yet.
+    once = FaultTruth("flap-2", "nvlink_flapping", "n4", T0 + 47 * H, details={"end": "2024-01-02T23:00:20Z"})
+    scores = by_name(score_detectors(truth(late, unspread, cut, once), []))
     assert (scores["ECC trend"].truth, scores["ECC trend"].censored) == (0, ("deg-2",))
-    assert (scores["NVLink flapping"].truth, scores["NVLink flapping"].censored) == (0, ("flap-1",))
+    flapping = scores["NVLink flapping"]
+    assert (flapping.truth, flapping.missed, flapping.censored) == (1, ("flap-1",), ("flap-2",))
+    assert (scores["XID storm"].truth, scores["XID storm"].censored) == (0, ("storm-1",))
 
 
 def test_job_aware_scores_count_false_lemons_and_incidents_routed_to_owners():
@@ -127,3 +135,42 @@ def test_job_aware_scores_count_false_lemons_and_incidents_routed_to_owners():
     )
     assert "false lemon verdicts 250.000 per 1000 node-days (2, 1 on the 2 nodes" in text
     assert "app-class incidents to job owners 1 of 2 (crash-looping users told: 1 of 1)" in text
+
+
+def test_a_jobs_storm_is_scored_by_its_owner_and_a_node_storm_on_it_is_a_false_alarm():
+    from dataclasses import replace
+
+    from stream.reports.evaluation import score_job_aware
+
+    end = "2024-01-01T11:00:00.000Z"
+    gpu_storm = FaultTruth("storm-1", "xid_storm", "n1", T0 + 10 * H, gpu=0, pci_bus_id="0000:07:00",
+                           job_id="j0", details={"end": end, "user": "bob"})  # fmt: skip
+    job_storm = FaultTruth("storm-2", "job_xid_storm", "n2", T0 + 10 * H, gpu=1, pci_bus_id="0000:0f:00",
+                           job_id="j1", details={"end": end, "user": "ann"})  # fmt: skip
+    rows = [
+        {**incident("xid_storm", "n1", "0000:07:00", T0 + 10 * H + 60_000), "incident_id": "a", "owner": ""},
+        # The job's storm judged the GPU's: a node verdict on a job's errors.
+        {**incident("xid_storm", "n2", "0000:0f:00", T0 + 10 * H + 60_000), "incident_id": "b", "owner": ""},
+        # The job's storm told to its owner: one incident per owner, naming the job.
+        {**incident("job_xid_storm", "n2", "0000:0f:00", T0 + 10 * H + 120_000), "incident_id": "c",
+         "owner": "ann", "jobs": ["j1"]},
+        # Another of ann's: it names no planted storm's job.
+        {**incident("job_xid_storm", "n3", "0000:07:00", T0 + 20 * H), "incident_id": "d", "owner": "ann",
+         "jobs": ["j9"]},
+    ]  # fmt: skip
+    scores = by_name(score_detectors(truth(gpu_storm, job_storm), rows))
+    storm, owned = scores["XID storm"], scores["job XID storm"]
+    assert (storm.truth, storm.detected, storm.false_positives) == (1, 1, 1)
+    assert (owned.truth, owned.detected, owned.false_positives) == (1, 1, 1)
+    assert owned.delays_h == (120_000 / H,)
+    aware = score_job_aware(replace(truth(gpu_storm, job_storm)), rows, crash_loop_nodes=[])
+    assert (
+        aware["job_storms"],
+        aware["job_storms_to_owners"],
+        aware["node_storm_verdicts_on_job_storms"],
+    ) == (
+        1,
+        1,
+        1,
+    )
+    assert (aware["app_incidents"], aware["app_incidents_to_owners"]) == (2, 1)

@@ -42,7 +42,16 @@ def test_the_matrix_spans_the_required_ranges():
         "xid_storm",
         "nvlink_flapping",
         "lemon_node",
+        "job_aware",
     }
+    # The job-aware cells: crash loops anywhere, pinned to one node, and beside planted lemons.
+    aware = [(cell.family, cell_config(cell, seed=TUNING_SEEDS[0])) for cell in CELLS]
+    assert any(f == "job_aware" and c.crash_loop_users and not c.crash_loop_pinned_users for f, c in aware)
+    assert any(f == "job_aware" and c.crash_loop_pinned_users for f, c in aware)
+    assert any(f == "lemon_node" and c.crash_loop_users for f, c in aware)
+    storms = [cell for cell in CELLS if cell.family == "xid_storm"]
+    assert all(cell.kinds == ("xid_storm", "job_xid_storm") for cell in storms)
+    assert all(0 < cell_config(cell, seed=1).xid_storm_gpu_fraction < 1 for cell in storms)
 
 
 @pytest.mark.parametrize("cell", CELLS, ids=lambda cell: cell.name)

@@ -101,7 +101,8 @@ def test_kernel_log_lines_are_journal_lines_in_time_order(run: tuple[Path, Truth
     # Noise scales with the XIDs of faults and jobs; storms and flapping links add none (this run
     # has no lemon node, whose extra XIDs would not either).
     assert not truth.lemon_nodes
-    bursts = sum(f.details["lines"] for f in truth.faults if f.kind in ("xid_storm", "nvlink_flapping"))
+    planted = ("xid_storm", "job_xid_storm", "nvlink_flapping")
+    bursts = sum(f.details["lines"] for f in truth.faults if f.kind in planted)
     total = sum(xid_codes.values()) - bursts
     assert 2.5 * total <= noise - boots <= 4 * total
     assert any("mlx5_core" in line for line in lines) and any("EXT4-fs" in line for line in lines)

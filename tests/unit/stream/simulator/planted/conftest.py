@@ -21,6 +21,7 @@ PLANTED = SimulationConfig(
     hardware_failure_rate=30,
     ecc_degradation_gpu_fraction=0.06,
     xid_storm_rate=20,
+    xid_storm_gpu_fraction=0.4,
     nvlink_flapping_rate=10,
     maintenance_rate=40,
 )

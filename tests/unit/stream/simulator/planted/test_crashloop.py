@@ -49,3 +49,25 @@ def test_the_truth_names_the_crash_looping_users(tmp_path: Path) -> None:
     assert truth.crash_loop_users == ("user009",)
     assert "user009" in (tmp_path / "sacct.txt").read_text()
     assert pci_bus_id(0) in (tmp_path / "kernel.log").read_text()
+
+
+def test_a_pinned_crash_looping_user_crashes_on_one_node_among_other_users_jobs(tmp_path: Path) -> None:
+    """The issue's case: one user's debug jobs all run on one node and crash there, day after day,
+    while other users' jobs on that node keep completing. Pinning draws from the crash-loop stream
+    after everything else: the regular submissions are those of the unpinned cluster."""
+    pinned = dataclasses.replace(CONFIG, crash_loop_pinned_users=1)
+    history = run_model(pinned)
+    [(user, node)] = history.crash_loop_nodes.items()
+    assert user == "user009"
+    theirs = [job for job in history.jobs if job.user == user]
+    assert len(theirs) >= 0.7 * CONFIG.crash_loop_jobs_per_day * CONFIG.days
+    assert {job.nodes for job in theirs} == {(node,)}
+    crashed = [job for job in theirs if job.state is JobState.FAILED and not job.hardware]
+    assert len(crashed) >= 0.9 * len(theirs)
+    others = [job for job in history.jobs if node in job.nodes and job.user != user]
+    assert sum(job.state is JobState.COMPLETED for job in others) >= 3
+    assert len({job.user for job in others}) >= 3
+    truth = simulate(pinned, tmp_path)
+    assert dict(truth.crash_loop_nodes) == {user: pinned.node_names[node]}
+    regular = {job.job_id for job in run_model(CONFIG).jobs if job.user != user}
+    assert regular <= {job.job_id for job in history.jobs}

@@ -43,3 +43,28 @@ def test_maintenance_reboots_reset_counters_of_nodes_without_faults(
             else:
                 assert any(before_ts < ts <= after_ts for ts in resets[node]), (metric, node)
     assert maintenance_drops > 0
+
+
+def test_a_reboot_may_log_one_burst_of_nvlink_xids_as_its_links_go_down() -> None:
+    """The negative case of flapping: with ``nvlink_reset_burst_probability`` 1, every reboot
+    (repair or maintenance) logs XID 144 on two or more GPUs within two seconds, and nothing else
+    moves; with 0 (the default) none does."""
+    import dataclasses
+
+    from stream.simulator import SimulationConfig
+    from stream.simulator.history import run_model
+
+    plain = SimulationConfig(nodes=40, days=10, seed=3, maintenance_rate=40.0, nvlink_flapping_rate=0.0)
+    resets = run_model(dataclasses.replace(plain, nvlink_reset_burst_probability=1.0))
+    base = run_model(plain)
+    assert not [x for x in base.xids if x.xid == 144]
+    bursts = [x for x in resets.xids if x.xid == 144]
+    reboots = [(m.ts_ms, m.node) for m in resets.maintenance]
+    reboots += [
+        (f.repaired_ms, f.node) for f in resets.faults if f.repaired_ms + 6_000 < resets.config.end_ms
+    ]
+    assert len(reboots) >= 5
+    for ts_ms, node in reboots:
+        lines = [x for x in bursts if x.node == node and ts_ms <= x.ts_us // 1000 < ts_ms + 2_000]
+        assert len({x.gpu for x in lines}) >= 2 and all(x.pid is None for x in lines)
+    assert [x for x in resets.xids if x.xid != 144] == list(base.xids) and resets.jobs == base.jobs

@@ -1,4 +1,5 @@
-"""XID storms: their lines are on one GPU within the storm, and a storm may kill its job."""
+"""XID storms: their lines are on one GPU within the storm; a job's storm repeats an application XID
+and may kill its job, a GPU's repeats a hardware-class one and kills none."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from pathlib import Path
 
 from schemas.records import JobState
 from stream.simulator import FaultTruth, Truth
-from stream.simulator.planted.storms import STORM_XIDS
+from stream.simulator.planted.storms import GPU_STORM_XIDS, STORM_XIDS
 
 
 def test_storm_lines_are_on_one_gpu_within_the_storm(
@@ -15,11 +16,16 @@ def test_storm_lines_are_on_one_gpu_within_the_storm(
     xid_lines: list[tuple[int, str, str, int]],
 ) -> None:
     _, truth = written
-    storms = faults_by_kind["xid_storm"]
-    assert len(storms) >= 5
+    gpu_storms, job_storms = faults_by_kind["xid_storm"], faults_by_kind["job_xid_storm"]
+    assert len(gpu_storms) >= 2 and len(job_storms) >= 2
+    assert all(storm.xid in GPU_STORM_XIDS and not storm.details["killed_job"] for storm in gpu_storms)
+    assert all(storm.xid in STORM_XIDS for storm in job_storms)
+    users = {storm.details["user"] for storm in gpu_storms + job_storms}
+    assert all(user.startswith("user") for user in users)
     failures = {failure.job_id: failure for failure in truth.job_failures}
+    storms = gpu_storms + job_storms
     for storm in storms:
-        assert storm.xid in STORM_XIDS and storm.end_ms is not None
+        assert storm.end_ms is not None and storm.job_id is not None
         inside = [
             line for line in xid_lines if line[1] == storm.node and storm.onset_ms <= line[0] <= storm.end_ms
         ]
