@@ -839,6 +839,7 @@ class DetectionCore:
             user=run.user,
             app_xids=run.app_xids,
             name=run.name,
+            partition=run.partition,
         )
         if self.fleet is not None:
             self.fleet.add_job(part)

@@ -43,7 +43,7 @@ from typing import Any
 from detectors.attribution import HardwareEvent
 from detectors.exposure import ExposureTracker
 from detectors.incidents import EvidenceItem, Finding, IncidentTracker, incident_id
-from detectors.jobs import JobRun
+from detectors.jobs import JobContext, JobRun, load_older_layouts
 from detectors.lemon import LemonConfig, LemonTracker
 from detectors.mttf import SizeBuckets
 from schemas.outputs import (
@@ -133,10 +133,14 @@ class JobPart:
     #: Application-class XIDs the run logged on the covered nodes.
     app_xids: int = 0
     name: str = ""
+    partition: str = ""
 
     @property
     def run_key(self) -> tuple[str, str, int, int]:
         return (self.cluster, self.job_id, self.start_ms, self.end_ms)
+
+
+load_older_layouts(JobPart)  # a fleet checkpoint from before ``partition`` holds parts without it
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +259,8 @@ class FleetCore:
         self._user_runs: dict[str, deque[int]] = {}
         self._user_app_failures: dict[str, deque[tuple[int, str, str]]] = {}
         self._owner_reported: dict[str, int] = {}  # user -> their last failure reported
+        #: Job id -> the context of its run, for the application failures in the deques above.
+        self._app_context: dict[str, JobContext] = {}
         #: Per user, the lemon signals their application evidence added before their errors were
         #: seen to follow them: (signal, node, event time, job id), taken back once they are.
         self._user_counted: dict[str, deque[tuple[str, str, int, str]]] = {}
@@ -273,6 +279,7 @@ class FleetCore:
         state.setdefault("_user_runs", {})
         state.setdefault("_user_app_failures", {})
         state.setdefault("_owner_reported", {})
+        state.setdefault("_app_context", {})
         # Kept in lists before they were deques.
         state["_user_counted"] = {user: deque(c) for user, c in state.get("_user_counted", {}).items()}
         self.__dict__.update(state)
@@ -483,7 +490,7 @@ class FleetCore:
             runs.popleft()
         failures = self._user_app_failures.get(user)
         while failures and failures[0][0] <= since:
-            failures.popleft()
+            self._app_context.pop(failures.popleft()[2], None)
 
     def _app_failure(self, fact: FleetFact) -> None:
         """A run of user ``fact.name`` failed with application-class XIDs and no hardware evidence
@@ -504,9 +511,19 @@ class FleetCore:
             failures = self._user_app_failures[user]
             runs = max(len(self._user_runs.get(user, ())), len(failures))
             reported = self._owner_reported.get(user, -(2**62))
+            partitions = sorted(
+                {c.partition for _, _, j in failures if (c := self._app_context.get(j)) and c.partition}
+            )
+            where = (
+                f" (partition {', '.join(partitions[:3])}{', ...' if len(partitions) > 3 else ''})"
+                if partitions
+                else ""
+            )
             for ts_ms, node, job_id in failures:
                 if ts_ms <= reported:
                     continue
+                known = self._app_context.get(job_id)
+                context = (known,) if known is not None else ()
                 self._out.incidents.extend(
                     self._incidents.observe(
                         Finding(
@@ -518,9 +535,9 @@ class FleetCore:
                             score=len(failures) / runs,
                             action=f"tell user {user}: their jobs fail with application errors wherever "
                             "they run; no node action (draining would fix nothing)",
-                            title=f"Application errors follow user {user}'s jobs: most of their runs fail "
-                            "with application XIDs",
-                            evidence=EvidenceItem(ts_ms, jobs=(job_id,)),
+                            title=f"Application errors follow user {user}'s jobs{where}: most of their "
+                            "runs fail with application XIDs",
+                            evidence=EvidenceItem(ts_ms, jobs=(job_id,), job_context=context),
                             owner=user,
                         )
                     )
@@ -570,6 +587,7 @@ class FleetCore:
             part.gpus,
             user=next((p.user for p in parts if p.user), ""),
             name=next((p.name for p in parts if p.name), ""),
+            partition=next((p.partition for p in parts if p.partition), ""),
         )
         buckets = self.config.size_buckets
         attribution = JobAttribution(
@@ -601,6 +619,8 @@ class FleetCore:
             reason = FAILED_APPLICATION
         else:
             reason = FAILED_UNKNOWN
+        if reason == FAILED_APPLICATION and user:
+            self._app_context[run.job_id] = run.context  # the owner's incident names the job
         self._queue(FleetFact(part.end_ms, FAILED_JOB, node, user, run.job_id, reason) for node in run.nodes)
         if hardware:
             self._out.incidents.append(self._job_incident(run, part, attribution, evidence))
@@ -616,7 +636,8 @@ class FleetCore:
             attribution.evidence_kinds
         )
         summary = (
-            f"[warn] Job {run.job_id} ({run.gpus} GPUs on {len(run.nodes)} nodes) ended {part.state.value} "
+            f"[warn] Job {run.job_id} ({run.gpus} GPUs on {len(run.nodes)} nodes"
+            f"{f', partition {run.partition}' if run.partition else ''}) ended {part.state.value} "
             f"after {attribution.gpu_hours:.1f} GPU-hours; hardware evidence on "
             f"{', '.join(attribution.evidence_nodes)}"
             f" ({codes}). Action: requeue the job away from the evidence nodes"

@@ -13,15 +13,15 @@ The tracker only finds the evidence. The detection core hands each decided run t
 from __future__ import annotations
 
 import heapq
-from collections.abc import Collection
-from dataclasses import dataclass, field
+from collections.abc import Collection, Sequence
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from detectors.attribution import HardwareEvent, NodeEvidenceLog
 from detectors.mttf import SizeBuckets
 from schemas.records import JobEvent, JobState
 
-__all__ = ["Decided", "JobContext", "JobRun", "JobTracker", "RunEnd"]
+__all__ = ["Decided", "JobContext", "JobRun", "JobTracker", "RunEnd", "load_older_layouts"]
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -34,6 +34,9 @@ class JobContext:
         The job, its owner (empty when the scheduler did not say) and its name.
     num_nodes, gpus
         Its size.
+    partition
+        Its Slurm partition (empty when the scheduler did not say). Last, because it was added
+        later: older checkpoints pickled the five fields before it.
     """
 
     job_id: str
@@ -41,6 +44,7 @@ class JobContext:
     name: str = ""
     num_nodes: int = 1
     gpus: int = 0
+    partition: str = ""
 
     def to_dict(self) -> dict[str, object]:
         """The JSON form stored in an incident's evidence (``job_context``)."""
@@ -50,7 +54,31 @@ class JobContext:
             "name": self.name,
             "num_nodes": self.num_nodes,
             "gpus": self.gpus,
+            "partition": self.partition,
         }
+
+
+def load_older_layouts(cls: type[Any]) -> None:
+    """Let a frozen slotted dataclass unpickle the shorter layouts of earlier versions.
+
+    Such a dataclass pickles its field values in order, and the generated ``__setstate__`` would
+    leave a field added since unset; this one gives the missing trailing fields their defaults
+    (each added field must come last and have one), so worker checkpoints written by the
+    previous version load. Set after the class is made, as ``schemas.records`` does for
+    ``XidEvent``: some 3.11 releases let ``@dataclass(slots=True, frozen=True)`` replace a
+    ``__setstate__`` defined in the class body.
+    """
+    names = tuple(f.name for f in fields(cls))
+    defaults = {f.name: f.default for f in fields(cls) if f.default is not MISSING}
+
+    def setstate(self: object, state: Sequence[object]) -> None:
+        for position, name in enumerate(names):
+            object.__setattr__(self, name, state[position] if position < len(state) else defaults[name])
+
+    cls.__setstate__ = setstate
+
+
+load_older_layouts(JobContext)
 
 
 @dataclass(slots=True)
@@ -69,11 +97,16 @@ class JobRun:
     #: Application-class XIDs this run logged on the nodes of this core (job-aware verdicts: a
     #: failed run that logged them and no hardware evidence failed for its own reasons).
     app_xids: int = 0
+    partition: str = ""
 
     def __setstate__(self, state: object) -> None:
-        """Unpickle, also a checkpoint from before the job context: the new fields default."""
-        names = ("cluster", "job_id", "start_ms", "nodes", "gpus", "covered_ms", "user", "name", "app_xids")
-        defaults: dict[str, object] = {"user": "", "name": "", "app_xids": 0}
+        """Unpickle, also a checkpoint from before the job context or its partition: the new
+        fields default."""
+        names = (
+            "cluster", "job_id", "start_ms", "nodes", "gpus", "covered_ms", "user", "name", "app_xids",
+            "partition",
+        )  # fmt: skip
+        defaults: dict[str, object] = {"user": "", "name": "", "app_xids": 0, "partition": ""}
         if isinstance(state, tuple) and len(state) == 2 and isinstance(state[1], dict):
             state = state[1]  # (None, slots) from object.__getstate__
         if isinstance(state, dict):
@@ -86,7 +119,7 @@ class JobRun:
     @property
     def context(self) -> JobContext:
         """This run as evidence names it."""
-        return JobContext(self.job_id, self.user, self.name, len(self.nodes), self.gpus)
+        return JobContext(self.job_id, self.user, self.name, len(self.nodes), self.gpus, self.partition)
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,7 +326,14 @@ class JobTracker:
     def _new_run(self, event: JobEvent, start_ms: int) -> JobRun:
         gpus = event.gpus or max(len(event.nodes), 1) * self.gpus_per_node
         return JobRun(
-            event.cluster, event.job_id, start_ms, event.nodes, gpus, user=event.user, name=event.name
+            event.cluster,
+            event.job_id,
+            start_ms,
+            event.nodes,
+            gpus,
+            user=event.user,
+            name=event.name,
+            partition=event.partition,
         )
 
     def _decide(self, run: JobRun, event: JobEvent) -> Decided:

@@ -129,21 +129,32 @@ _TABLES: tuple[Table, ...] = (
     ),
     Table(
         "job_events",
-        _columns(f"""
-            ts {_TS}
-            cluster {_LOW}
-            job_id String
-            state {_LOW}
-            start Nullable({_TS})
-            end Nullable({_TS})
-            nodes Array({_LOW})
-            num_nodes UInt32
-            gpus UInt32
-            exit_code String
-            name String
-            user String
-            source String
-        """),
+        (
+            *_columns(f"""
+                ts {_TS}
+                cluster {_LOW}
+                job_id String
+                state {_LOW}
+                start Nullable({_TS})
+                end Nullable({_TS})
+                nodes Array({_LOW})
+                num_nodes UInt32
+                gpus UInt32
+                exit_code String
+                name String
+                user String
+                source String
+            """),
+            Column(
+                "partition",
+                "String DEFAULT ''",
+                comment=(
+                    "The Slurm partition; '' when sacct had no Partition column, and in rows written",
+                    "before the column existed.",
+                ),
+                added=True,
+            ),
+        ),
         "ENGINE = ReplacingMergeTree\nPARTITION BY toYYYYMM(ts)\nORDER BY (cluster, job_id, ts, state)",
     ),
     Table(

@@ -670,7 +670,9 @@ class JobEvent:
     """A job entered a state.
 
     ``ts_ms`` is when it entered the state: the start time for RUNNING, the end time for a
-    terminal state. ``start_ms``/``end_ms`` carry the run's bounds when known.
+    terminal state. ``start_ms``/``end_ms`` carry the run's bounds when known. ``partition`` is
+    the Slurm partition (empty when the scheduler did not say); it comes last, after ``source``,
+    because it was added later: positional construction and older pickles keep their meaning.
     """
 
     ts_ms: int
@@ -685,6 +687,7 @@ class JobEvent:
     name: str = ""
     user: str = ""
     source: str = ""
+    partition: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form described by ``job_event.schema.json``, times in ISO-8601."""
@@ -716,6 +719,7 @@ class JobEvent:
                 "exit_code": self.exit_code,
                 "name": self.name,
                 "user": self.user,
+                "partition": self.partition,
             }
         )
         out["nodes"] = list(self.nodes)
@@ -743,6 +747,7 @@ class JobEvent:
             exit_code = get("exit_code")
             name = get("name")
             user = get("user")
+            partition = get("partition")
             try:
                 ts_ms = ts if type(ts) is int else parse_iso_ts(ts) if type(ts) is str else None
                 start_ms = _optional_ts(get("start"))
@@ -766,6 +771,7 @@ class JobEvent:
                 and (exit_code is None or type(exit_code) is str)
                 and (name is None or type(name) is str)
                 and (user is None or type(user) is str)
+                and (partition is None or type(partition) is str)
             ):
                 for node in nodes:
                     if type(node) is not str or not node:
@@ -784,6 +790,7 @@ class JobEvent:
                     twin.name = name or ""
                     twin.user = user or ""
                     twin.source = source
+                    twin.partition = partition or ""
                     twin.__class__ = JobEvent
                     event: JobEvent = twin
                     return event
@@ -819,10 +826,23 @@ class JobEvent:
             name=_str(data, "name", required=False),
             user=_str(data, "user", required=False),
             source=source,
+            partition=_str(data, "partition", required=False),
         )
 
 
 _JOB_TWIN: Final = _mutable_twin(JobEvent)
+_JOB_FIELDS: Final = tuple(f.name for f in fields(JobEvent))
+
+
+def _job_setstate(self: JobEvent, state: Sequence[Any]) -> None:
+    """Unpickle a :class:`JobEvent`, also the twelve-field layout from before ``partition``: worker
+    checkpoints written by the previous version then load with no partition (see ``_xid_setstate``).
+    """
+    for name, value in zip(_JOB_FIELDS, (*state, "")[: len(_JOB_FIELDS)], strict=True):
+        object.__setattr__(self, name, value)
+
+
+JobEvent.__setstate__ = _job_setstate  # type: ignore[attr-defined]
 #: The spellings of a state the fast path takes: each state's name and its lower case (the
 #: schema's enum). Others (``Failed``) the reference validator reads, through ``str.upper``.
 _JOB_STATES: Final[dict[str, JobState]] = {

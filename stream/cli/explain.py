@@ -179,7 +179,8 @@ def add_job_context(results: list[dict[str, Any]], client: Any, database: str) -
         parameters = {"node": result["node"], "t": result["ts_ms"]}
         jobs = query_rows(
             client,
-            f"""SELECT job_id, any(user) AS user, any(name) AS name, max(num_nodes) AS num_nodes,
+            f"""SELECT job_id, any(user) AS user, any(name) AS name, max(partition) AS partition,
+                   max(num_nodes) AS num_nodes,
                    max(gpus) AS gpus, min(toUnixTimestamp64Milli(coalesce(start, ts))) AS start_ms,
                    maxIf(toUnixTimestamp64Milli(coalesce(end, ts)), state != 'RUNNING') AS end_ms,
                    countIf(state != 'RUNNING') AS ended, argMax(state, ts) AS last_state
@@ -195,6 +196,7 @@ def add_job_context(results: list[dict[str, Any]], client: Any, database: str) -
                 "job_id": job["job_id"],
                 "user": job["user"],
                 "name": job["name"],
+                "partition": job["partition"],
                 "num_nodes": int(job["num_nodes"]),
                 "gpus": int(job["gpus"]),
                 "start": format_ts(int(job["start_ms"])),
@@ -337,7 +339,9 @@ def _text(result: dict[str, Any]) -> str:
             ended = f", ended {job['state']} at {job['end']}" if job["end"] else ", running"
             row(
                 "jobs" if index == 0 else "",
-                f"{job['job_id']} of {job['user'] or '?'} ({job['name'] or '?'}, {job['num_nodes']} node(s), "
+                f"{job['job_id']} of {job['user'] or '?'} ({job['name'] or '?'}, "
+                f"{f'partition {partition}, ' if (partition := job.get('partition')) else ''}"
+                f"{job['num_nodes']} node(s), "
                 f"{job['gpus']} GPUs, from {job['start']}{ended})",
             )
         if result["category"] == XidCategory.APPLICATION.value and result["jobs"]:

@@ -80,6 +80,7 @@ def _part(part: JobPart) -> dict[str, Any]:
         "user": part.user,
         "app_xids": part.app_xids,
         "name": part.name,
+        "partition": part.partition,
     }
 
 
@@ -133,6 +134,7 @@ def decode_fleet_message(value: bytes) -> FleetMessage:
             user=str(j.get("user", "")),
             app_xids=int(j.get("app_xids", 0)),
             name=str(j.get("name", "")),
+            partition=str(j.get("partition", "")),  # absent from a worker from before partitions
         )
         for j in doc["jobs"]
     ]

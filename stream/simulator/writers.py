@@ -94,8 +94,18 @@ _BOOT_NVLINK: Final = "nvidia-nvlink: Nvlink Core is being initialized, major de
 
 #: First line of ``sacct.txt``.
 SACCT_HEADER: Final = (
-    "JobID|JobIDRaw|JobName|User|Cluster|State|Submit|Start|End|NNodes|NodeList|AllocTRES|ExitCode"
+    "JobID|JobIDRaw|JobName|User|Partition|Cluster|State|Submit|Start|End|NNodes|NodeList|AllocTRES|ExitCode"
 )
+
+
+def sacct_partition(num_nodes: int) -> str:
+    """The Slurm partition a simulated job runs in: ``debug`` on one node, ``train`` on more.
+
+    Derived from the job's size, so adding the column draws no random number (every other
+    column, and the scenario matrix, stays as it was).
+    """
+    return "debug" if num_nodes <= 1 else "train"
+
 
 #: The DCGM metrics written, with their ``# HELP`` text and ``# TYPE``.
 DCGM_METRICS: Final[tuple[tuple[str, str, str], ...]] = (
@@ -320,18 +330,19 @@ def _sacct_lines(history: ClusterHistory) -> Iterable[str]:
             state = f"CANCELLED by {job.cancelled_by}"
         times = f"{_sacct_time(job.submit_ms)}|{_sacct_time(job.start_ms)}|{_sacct_time(job.end_ms)}"
         job_tres = _tres(job.gpus, nodes, billing=True)
+        partition = sacct_partition(nodes)
         yield (
-            f"{job.job_id}|{job.job_id}|{job.name}|{job.user}|{cluster}|{state}|{times}|"
+            f"{job.job_id}|{job.job_id}|{job.name}|{job.user}|{partition}|{cluster}|{state}|{times}|"
             f"{nodes}|{hostlist}|{job_tres}|{job.exit_code}"
         )
         (batch_state, batch_exit), (extern_state, extern_exit) = _step_states(job)
         batch_tres = _tres(job.gpus_per_node_used, 1, billing=False)
         yield (
-            f"{job.job_id}.batch|{job.job_id}.batch|batch||{cluster}|{batch_state}|{times}|"
+            f"{job.job_id}.batch|{job.job_id}.batch|batch||{partition}|{cluster}|{batch_state}|{times}|"
             f"1|{names[job.nodes[0]]}|{batch_tres}|{batch_exit}"
         )
         yield (
-            f"{job.job_id}.extern|{job.job_id}.extern|extern||{cluster}|{extern_state}|{times}|"
+            f"{job.job_id}.extern|{job.job_id}.extern|extern||{partition}|{cluster}|{extern_state}|{times}|"
             f"{nodes}|{hostlist}|{job_tres}|{extern_exit}"
         )
 

@@ -74,7 +74,7 @@ def _job_row(event: JobEvent) -> list[Any]:
     return [
         event.ts_ms, event.cluster, event.job_id, event.state.value, event.start_ms, event.end_ms,
         list(event.nodes), len(event.nodes), event.gpus, event.exit_code, event.name, event.user,
-        event.source,
+        event.source, event.partition,
     ]  # fmt: skip
 
 

@@ -13,12 +13,13 @@ MIN = 60_000
 
 def records():
     return [
-        JobEvent(ts_ms=T0, cluster="c", job_id="j1", state=JobState.RUNNING, nodes=("n1", "n2"), gpus=16, start_ms=T0),
+        JobEvent(ts_ms=T0, cluster="c", job_id="j1", state=JobState.RUNNING, nodes=("n1", "n2"), gpus=16, start_ms=T0,
+                 partition="train"),
         EccSample(ts_ms=T0, cluster="c", node="n1", gpu=0, pci_bus_id="0000:07:00", counters={"dbe_volatile": 0}),
         *[XidEvent(ts_ms=T0 + i * MIN, cluster="c", node="n1", xid=79, pci_bus_id="0000:07:00") for i in range(1, 6)],
         EccSample(ts_ms=T0 + 10 * MIN, cluster="c", node="n1", gpu=0, pci_bus_id="0000:07:00", counters={"dbe_volatile": 2}),
         JobEvent(ts_ms=T0 + 12 * MIN, cluster="c", job_id="j1", state=JobState.FAILED, nodes=("n1", "n2"), gpus=16,
-                 start_ms=T0, end_ms=T0 + 12 * MIN),
+                 start_ms=T0, end_ms=T0 + 12 * MIN, partition="train"),
         XidEvent(ts_ms=T0 + 3 * 60 * MIN, cluster="c", node="n5", xid=13),
     ]  # fmt: skip
 
@@ -69,6 +70,11 @@ def test_writing_twice_leaves_each_fact_once(store):
     )
     assert rf == pytest.approx(1000 / (0.4 / 24))
     assert scalar(client, f"SELECT hardware FROM {db}.job_attributions FINAL") is True
+    assert client.query(f"SELECT DISTINCT partition FROM {db}.job_events FINAL").result_rows == [("train",)]
+    summary = scalar(client, f"SELECT summary FROM {db}.incidents FINAL WHERE kind = 'job_hw_failure'")
+    assert summary.startswith("[warn] Job j1 (16 GPUs on 2 nodes, partition train) ended FAILED")
+    evidence = scalar(client, f"SELECT evidence FROM {db}.incidents FINAL WHERE kind = 'job_hw_failure'")
+    assert '"partition":"train"' in evidence
 
 
 def test_only_the_newest_incident_version_is_kept_in_a_batch(store):

@@ -49,6 +49,32 @@ def test_ensure_schema_creates_only_what_is_missing(chdb_client: Client, chdb_pa
         chdb_client.command(f"DROP DATABASE IF EXISTS {settings.database}")
 
 
+def test_ensure_schema_adds_the_partition_column_to_an_older_job_events_table(
+    chdb_client: Client, chdb_path: Path
+) -> None:
+    """A store made before ``job_events.partition`` existed gets it by one ALTER; its rows read ''."""
+    settings = Settings(clickhouse_dsn=f"chdb://{chdb_path}", database="fs_test_job_partition")
+    db = settings.database
+    chdb_client.command(f"DROP DATABASE IF EXISTS {db}")
+    try:
+        ensure_schema(chdb_client, settings)
+        chdb_client.command(f"ALTER TABLE {db}.job_events DROP COLUMN partition")  # the old table
+        chdb_client.command(
+            f"INSERT INTO {db}.job_events (ts, cluster, job_id, state, user) "
+            "VALUES ('2024-03-01 00:00:00', 'c', '7', 'FAILED', 'ann')"
+        )
+        [alter] = ensure_schema(chdb_client, settings)
+        assert (
+            alter
+            == f"ALTER TABLE {db}.job_events ADD COLUMN IF NOT EXISTS partition String DEFAULT '' AFTER source"
+        )
+        assert ensure_schema(chdb_client, settings) == []
+        rows = chdb_client.query(f"SELECT job_id, user, partition FROM {db}.job_events").result_rows
+        assert [tuple(row) for row in rows] == [("7", "ann", "")]
+    finally:
+        chdb_client.command(f"DROP DATABASE IF EXISTS {db}")
+
+
 # -- https ------------------------------------------------------------------------------------
 
 

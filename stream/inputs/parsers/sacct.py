@@ -7,7 +7,8 @@ default ``--format``) is ONE dead letter, at the header, naming the columns to a
 line to run; the rows of that table are not read (every job would lack its times). The others are
 used when present: ``Submit``, ``NodeList``, ``NNodes``,
 ``AllocTRES``, ``ReqTRES``, ``AllocGRES``, ``ReqGRES``, ``ExitCode``, ``JobName``, ``User``,
-``Cluster``. The delimiter is ``|`` or ``|#`` (``sacct -P --delimiter='|#'``), read from the header.
+``Partition`` (absent, the events have none), ``Cluster``. The delimiter is ``|`` or ``|#``
+(``sacct -P --delimiter='|#'``), read from the header.
 A column named twice uses its first occurrence. A line equal in shape to a header (every field a
 column name, with JobID and State) starts a new table, so concatenated ``sacct`` runs are read.
 
@@ -84,6 +85,7 @@ _COLUMNS: Final = (
     "exitcode",
     "jobname",
     "user",
+    "partition",
     "cluster",
 )
 
@@ -130,7 +132,7 @@ class _Header:
 #: The command line README recommends; named in the dead letter of a table that lacks a column.
 SACCT_COMMAND: Final = (
     "sacct --allusers --allocations --parsable2 --starttime YYYY-MM-DD --endtime now "
-    "--format=JobID,State,Submit,Start,End,NodeList,NNodes,AllocTRES,ExitCode,JobName,User,Cluster"
+    "--format=JobID,State,Submit,Start,End,NodeList,NNodes,AllocTRES,ExitCode,JobName,User,Partition,Cluster"
 )
 
 
@@ -249,6 +251,7 @@ def _row_events(
     exit_code = _field(fields, index, "exitcode")
     name = _field(fields, index, "jobname")
     user = _field(fields, index, "user")
+    partition = _field(fields, index, "partition")
 
     def event(ts_ms: int, event_state: JobState, start_ms: int | None, end_ms: int | None) -> JobEvent:
         return JobEvent(
@@ -264,6 +267,7 @@ def _row_events(
             name=name,
             user=user,
             source=where,
+            partition=partition,
         )
 
     if state is JobState.PENDING:

@@ -21,10 +21,12 @@ NODES = [f"n{i:02d}" for i in range(40)]
 DAYS = 12
 
 
-def job(ts: int, job_id: str, user: str, node: str, state: JobState, start: int) -> JobEvent:
+def job(
+    ts: int, job_id: str, user: str, node: str, state: JobState, start: int, partition: str = ""
+) -> JobEvent:
     end = None if state is JobState.RUNNING else ts
     return JobEvent(ts_ms=ts, cluster="c", job_id=job_id, state=state, nodes=(node,), gpus=8, start_ms=start,
-                    end_ms=end, user=user, name="train")  # fmt: skip
+                    end_ms=end, user=user, name="train", partition=partition)  # fmt: skip
 
 
 def xid(ts: int, node: str, code: int) -> XidEvent:
@@ -55,10 +57,10 @@ def fleet_records(*, crash_on: tuple[str, ...] = (), faulty: tuple[str, ...] = (
                 start = day * DAY_MS + run * 3 * HOUR_MS + 2 * HOUR_MS + 5 * MINUTE_MS
                 job_id = f"dbg-{next(serial)}"
                 end = start + 20 * MINUTE_MS
-                records.append(job(start, job_id, "dbg", node, JobState.RUNNING, start))
+                records.append(job(start, job_id, "dbg", node, JobState.RUNNING, start, "debug"))
                 records.append(xid(end - 2 * MINUTE_MS, node, 13))
                 records.append(xid(end - 2 * MINUTE_MS + 500, node, 43))
-                records.append(job(end, job_id, "dbg", node, JobState.FAILED, start))
+                records.append(job(end, job_id, "dbg", node, JobState.FAILED, start, "debug"))
     records.sort(key=lambda r: r.ts_ms)
     return records
 
@@ -98,6 +100,8 @@ def test_a_users_crash_loop_on_one_node_is_the_users_not_the_nodes() -> None:
     assert app.evidence["owner"] == "dbg"
     assert app.evidence["nodes"] == ["n07"]
     assert "dbg" in app.summary and "no node action" in app.action
+    assert "Application errors follow user dbg's jobs (partition debug):" in app.summary
+    assert {(c["user"], c["partition"]) for c in app.evidence["job_context"]} == {("dbg", "debug")}
 
 
 def test_a_faulty_node_hitting_many_users_is_a_lemon_and_both_stories_are_told_apart() -> None:
@@ -145,6 +149,7 @@ def test_a_hardware_failure_names_the_job_its_owner_and_its_size() -> None:
             gpus=16,
             user="bob",
             name="pretrain",
+            partition="train",
         ),
         xid(HOUR_MS, "n2", 79),
         JobEvent(
@@ -157,12 +162,14 @@ def test_a_hardware_failure_names_the_job_its_owner_and_its_size() -> None:
             user="bob",
             name="pretrain",
             end_ms=HOUR_MS + MINUTE_MS,
+            partition="train",
         ),
     ]
     [failure] = [i for i in run(records).values() if i.kind is IncidentKind.JOB_HW_FAILURE]
     assert failure.evidence["job_context"] == [
-        {"job_id": "9", "user": "bob", "name": "pretrain", "num_nodes": 2, "gpus": 16}
+        {"job_id": "9", "user": "bob", "name": "pretrain", "num_nodes": 2, "gpus": 16, "partition": "train"}
     ]
+    assert failure.summary.startswith("[warn] Job 9 (16 GPUs on 2 nodes, partition train) ended FAILED")
 
 
 def test_incidents_carry_the_job_context_of_their_evidence() -> None:
@@ -182,7 +189,7 @@ def test_incidents_carry_the_job_context_of_their_evidence() -> None:
     [incident] = run(records).values()
     assert incident.kind is IncidentKind.GPU_BUS
     assert incident.evidence["job_context"] == [
-        {"job_id": "42", "user": "alice", "name": "pretrain", "num_nodes": 2, "gpus": 16}
+        {"job_id": "42", "user": "alice", "name": "pretrain", "num_nodes": 2, "gpus": 16, "partition": ""}
     ]
 
 
@@ -199,7 +206,7 @@ def test_a_checkpoint_from_before_job_aware_verdicts_still_loads() -> None:
     for state in ((None, old), old, list(old.values())):  # the layouts Pythons 3.11.x pickle slots in
         run = JobRun.__new__(JobRun)
         run.__setstate__(state)
-        assert (run.job_id, run.nodes, run.user, run.app_xids) == ("1", ("n1",), "", 0)
+        assert (run.job_id, run.nodes, run.user, run.app_xids, run.partition) == ("1", ("n1",), "", 0, "")
 
     tracker = JobTracker(attribution_before_ms=1, attribution_after_ms=1, allowed_lateness_ms=1, gpus_per_node=8,
                          size_buckets=SizeBuckets())  # fmt: skip
@@ -231,6 +238,32 @@ def test_a_checkpoint_from_before_job_aware_verdicts_still_loads() -> None:
         "",
         set(),
     )
+
+
+def test_a_checkpoint_from_before_partitions_still_loads() -> None:
+    """Job contexts, runs and fleet parts pickled before ``partition`` existed load without one."""
+    import pickle
+
+    from detectors.fleet import JobPart
+    from detectors.jobs import JobContext, JobRun
+
+    context = JobContext("7", "ann", "train", 2, 16)
+    old = JobContext.__new__(JobContext)
+    old.__setstate__(context.__getstate__()[:5])  # the five fields of the previous version
+    assert old == context and old.partition == ""
+    assert old.to_dict()["partition"] == ""
+    debug = JobContext("7", "ann", "train", 2, 16, "debug")
+    assert pickle.loads(pickle.dumps(debug)) == debug
+
+    run = JobRun.__new__(JobRun)
+    run.__setstate__(["c", "7", 0, ("n1",), 8, {}, "ann", "train", 3])  # nine fields, no partition
+    assert (run.app_xids, run.context.partition) == (3, "")
+
+    part = JobPart("c", "7", 0, 1, JobState.FAILED, ("n1",), 8, ("n1",), (), "ann", 0, "train", "debug")
+    old_part = JobPart.__new__(JobPart)
+    old_part.__setstate__(part.__getstate__()[:12])
+    assert (old_part.name, old_part.partition) == ("train", "")
+    assert pickle.loads(pickle.dumps(part)) == part
 
 
 def test_a_checkpoint_from_before_job_aware_storms_still_loads() -> None:

@@ -112,3 +112,30 @@ def test_a_pickle_of_the_layout_before_device_loads_as_a_gpu_event():
     assert restored == event and restored.device == "gpu"
     switch = XidEvent(ts_ms=5, cluster="c", node="n", xid=12028, device="nvswitch")
     assert pickle.loads(pickle.dumps(switch)) == switch
+
+
+class _OldJobEventPickle:
+    """Pickles as a :class:`JobEvent` of the twelve-field layout from before ``partition``."""
+
+    def __init__(self, state: tuple[object, ...]) -> None:
+        self.state = state
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return object.__new__, (JobEvent,), self.state
+
+
+def test_a_pickle_of_the_layout_before_partition_loads_with_no_partition():
+    """Worker checkpoints pickle job events; those written before ``partition`` existed still load."""
+    import pickle
+
+    event = JobEvent(
+        ts_ms=5, cluster="c", job_id="7", state=JobState.FAILED, nodes=("n1",), user="u", source="s"
+    )
+    old_state = event.__getstate__()
+    assert len(old_state) == 13 and old_state[-1] == ""  # partition is the last field
+    restored = pickle.loads(pickle.dumps(_OldJobEventPickle(old_state[:12])))
+    assert type(restored) is JobEvent and restored == event and restored.partition == ""
+    train = JobEvent(ts_ms=1704067200000, cluster="c", job_id="7", state=JobState.FAILED, partition="train")
+    assert pickle.loads(pickle.dumps(train)) == train
+    assert train.to_wire()["partition"] == "train" and "partition" not in event.to_wire()
+    assert JobEvent.from_dict(train.to_dict()) == train

@@ -25,7 +25,8 @@ RECORDS = [
               counters={"sbe_volatile": 5, "remap_failure": 1}),
     EccSample(ts_ms=1704067199999, cluster="c", node="n1", pci_bus_id="0000:07:00"),
     JobEvent(ts_ms=1705314225000, cluster="c", job_id="9_1", state=JobState.NODE_FAIL, nodes=("a", "b"),
-             gpus=16, start_ms=1705310000000, end_ms=1705314225000, exit_code="0:9", name="train", user="u"),
+             gpus=16, start_ms=1705310000000, end_ms=1705314225000, exit_code="0:9", name="train", user="u",
+             partition="gpu"),
     JobEvent(ts_ms=1705310000000, cluster="c", job_id="10", state=JobState.RUNNING, start_ms=1705310000000),
 ]  # fmt: skip
 SCHEMA_OF = {XidEvent: "xid_event", EccSample: "ecc_sample", JobEvent: "job_event"}
@@ -210,7 +211,7 @@ BASES = {
                 "counters": {"sbe_volatile": 3, "dbe_volatile": 0}},
     JobEvent: {"ts": "2024-01-15T10:00:00Z", "cluster": "c", "job_id": "17", "state": "FAILED",
                "nodes": ["n1", "n2"], "gpus": 16, "start": "2024-01-15T08:00:00Z", "end": 1705312800000,
-               "exit_code": "1:0", "name": "x", "user": "u"},
+               "exit_code": "1:0", "name": "x", "user": "u", "partition": "p"},
 }  # fmt: skip
 
 

@@ -23,7 +23,7 @@ def part(**fields: object) -> JobPart:
 
 def test_facts_and_parts_round_trip_with_the_owner_and_the_application_xids() -> None:
     facts = [FleetFact(1, RUN, "n1", "dbg", "7", 1), FleetFact(2, APP_XID, "n1", "dbg", "7", 13)]
-    jobs = [part(user="dbg", app_xids=3, name="debug")]
+    jobs = [part(user="dbg", app_xids=3, name="debug", partition="dev")]
     [message] = [decode_fleet_message(m) for m in encode_fleet_messages(0, 5, facts, jobs)]
     assert message.facts == facts and message.jobs == jobs and message.horizon_ms == 5
 
@@ -32,6 +32,7 @@ def test_a_part_from_a_worker_before_job_aware_verdicts_has_no_owner() -> None:
     [raw] = encode_fleet_messages(0, 5, [], [part()])
     doc = orjson.loads(raw)
     for job in doc["jobs"]:
-        del job["user"], job["app_xids"], job["name"]
+        del job["user"], job["app_xids"], job["name"], job["partition"]
     [job] = decode_fleet_message(orjson.dumps(doc)).jobs
-    assert (job.user, job.app_xids, job.name) == ("", 0, "") and job.evidence == part().evidence
+    assert (job.user, job.app_xids, job.name, job.partition) == ("", 0, "", "")
+    assert job.evidence == part().evidence

@@ -59,10 +59,13 @@ def _expand(hostlist: str) -> list[str]:
     return names
 
 
-def _sacct_rows(path: Path) -> list[list[str]]:
+def _sacct_rows(path: Path, *, partition: bool = False) -> list[list[str]]:
+    """The rows' fields; without the Partition column (the fifth) unless ``partition``, so the
+    positions below are those of the columns before it."""
     lines = path.read_text().splitlines()
     assert lines[0] == SACCT_HEADER
-    return [line.split("|") for line in lines[1:]]
+    rows = [line.split("|") for line in lines[1:]]
+    return rows if partition else [row[:4] + row[5:] for row in rows]
 
 
 def test_same_config_gives_identical_bytes(tmp_path: Path) -> None:
@@ -129,7 +132,7 @@ def test_every_fault_has_its_xid_line_at_the_onset(run: tuple[Path, Truth]) -> N
 def test_sacct_jobs_have_steps_and_submit_order(run: tuple[Path, Truth]) -> None:
     out, truth = run
     rows = _sacct_rows(out / "sacct.txt")
-    assert all(len(row) == len(SACCT_HEADER.split("|")) for row in rows)
+    assert all(len(row) == len(SACCT_HEADER.split("|")) - 1 for row in rows)  # less Partition
     jobs = rows[0::3]
     assert len(jobs) == truth.jobs
     for index in range(0, len(rows), 3):
@@ -153,6 +156,16 @@ def test_sacct_jobs_have_steps_and_submit_order(run: tuple[Path, Truth]) -> None
     ends = [job[8] for job in jobs if job[8] != "Unknown"]
     assert ends != sorted(ends), "sacct is in submit order, not end order"
     assert any(job[5].startswith("CANCELLED by ") for job in jobs)
+
+
+def test_sacct_partition_follows_the_job_size(run: tuple[Path, Truth]) -> None:
+    out, _ = run
+    assert SACCT_HEADER.split("|")[4] == "Partition"
+    rows = _sacct_rows(out / "sacct.txt", partition=True)
+    for index in range(0, len(rows), 3):
+        job, batch, extern = rows[index : index + 3]
+        assert job[4] == batch[4] == extern[4] == ("debug" if int(job[10]) == 1 else "train")
+    assert {row[4] for row in rows} == {"debug", "train"}
 
 
 def test_truth_job_failures_agree_with_sacct(run: tuple[Path, Truth]) -> None:

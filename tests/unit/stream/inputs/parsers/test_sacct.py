@@ -53,11 +53,12 @@ def test_gcm_multiline_records_are_joined() -> None:
     assert len(failed.nodes) == 128
     assert failed.nodes[:3] == ("node1083", "node1084", "node1085")
     assert failed.nodes[-1] == "node2911"
-    assert (failed.gpus, failed.exit_code, failed.name, failed.user, failed.cluster) == (
+    assert (failed.gpus, failed.exit_code, failed.name, failed.user, failed.partition, failed.cluster) == (
         1024,
         "6:0",
         "test_run",
         "test_user",
+        "learn",
         "cluster",
     )
     assert (failed.start_ms, failed.end_ms) == (
@@ -447,6 +448,26 @@ def test_jobid_wins_over_jobidraw_when_both_are_there() -> None:
     rows = [b"JobIDRaw|JobID|State|Start|End", b"127|123_4|FAILED|2024-01-15T10:00:00|2024-01-15T11:00:00"]
     events, dead = split(parse_sacct(rows, ParseOptions(), "s"))
     assert dead == [] and {e.job_id for e in events} == {"123_4"}
+
+
+def test_partition_is_read_when_the_header_has_it_and_empty_when_not() -> None:
+    rows = [
+        b"JobID|Partition|State|Start|End",
+        b"1|train|FAILED|2024-01-15T10:00:00|2024-01-15T11:00:00",
+        b"2||COMPLETED|2024-01-15T10:00:00|2024-01-15T11:00:00",
+        b"JobID|State|Start|End",  # a second table, without the column
+        b"3|FAILED|2024-01-15T10:00:00|2024-01-15T11:00:00",
+    ]
+    events, dead = split(parse_sacct(rows, ParseOptions(), "s"))
+    assert dead == []
+    assert [(e.job_id, e.state.value, e.partition) for e in events] == [
+        ("1", "RUNNING", "train"),
+        ("1", "FAILED", "train"),
+        ("2", "RUNNING", ""),
+        ("2", "COMPLETED", ""),
+        ("3", "RUNNING", ""),
+        ("3", "FAILED", ""),
+    ]
 
 
 def test_default_format_is_one_dead_letter_naming_the_columns_and_the_command() -> None:
