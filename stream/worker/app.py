@@ -30,12 +30,14 @@ the slowest partition), so the results do not depend on the partitioning.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 from pathlib import Path
 from typing import Any
 
 import faust
+from faust.tables import TableManager
 
 from stream.kafka.security import KafkaSecurity
 from stream.settings import Settings
@@ -49,12 +51,26 @@ __all__ = ["build_app", "run_worker"]
 
 _log = logging.getLogger("faultstream.worker")
 
+#: How long a stop waits for the timer's round in progress (broker requests, a commit point).
+_STOP_WAIT_SECONDS = 10.0
+
 _RAW: dict[str, Any] = {
     "key_type": bytes,
     "value_type": bytes,
     "key_serializer": "raw",
     "value_serializer": "raw",
 }
+
+
+class _TablelessManager(TableManager):
+    """Faust's table manager for an app without tables: it starts at once. Faust's waits a second
+    first (for tables still being declared), and the consumer subscribes only after it: a second
+    of every worker start and of every failover (docs/kafka.md#failover)."""
+
+    async def on_start(self) -> None:
+        if not self.should_stop:
+            await self._update_channels()
+            await self.recovery.start()
 
 
 def broker_credentials(security: KafkaSecurity) -> faust.types.auth.CredentialsT | None:
@@ -118,6 +134,7 @@ def build_app(settings: Settings, security: KafkaSecurity | None = None) -> faus
         # for them (the partition's next owner redoes them from its checkpoint).
         stream_wait_empty=False,
         datadir=str(datadir),
+        TableManager=_TablelessManager,
     )
     kinds = {settings.topic_xid: "xid", settings.topic_ecc: "ecc", settings.topic_jobs_by_node: "job"}
     # acks=False: Faust neither tracks nor commits these offsets; the commit points do.
@@ -178,21 +195,33 @@ def build_app(settings: Settings, security: KafkaSecurity | None = None) -> faus
 
     interval = max(min(settings.worker_flush_seconds / 2, publish_every), 0.1)
 
+    # One round of each timer loop at a time; a stop waits for the rounds in progress before it
+    # closes the runtime's clients (a SIGTERM during a round's broker requests made the round fail
+    # on a closed consumer, and Faust logged the clean stop as "[ERROR] Crashed
+    # reason=ConsumerStoppedError"). The tick and the broker requests have a lock each: a slow
+    # answer must not hold the tick up.
+    tick_round = asyncio.Lock()
+    refresh_round = asyncio.Lock()
+    stopped = asyncio.Event()
+
     @app.task
     async def tick() -> None:
-        # A loop, not Faust's app.timer: a tick waits for the agent's lock and for the broker's
-        # answers, under load often longer than the interval, and the timer then logged "Timer ...
-        # tick is overlapping" again and again on healthy workers; here the next tick starts later.
+        # A loop, not Faust's app.timer: a tick waits for the agent's lock, under load often longer
+        # than the interval, and the timer then logged "Timer ... tick is overlapping" again and
+        # again on healthy workers; here the next tick starts later.
         while not app.should_stop:
             await app.sleep(interval)
-            async with runtime.lock:
-                try:
-                    await runtime.tick()
-                except WorkerStalled as exc:
-                    # Crash-only: a restart reads everything since the last commit point again.
-                    _log.error("stopping the worker so that it is restarted: %s", exc)
-                    await app.crash(exc)
+            async with tick_round:
+                if stopped.is_set():
                     return
+                async with runtime.lock:
+                    try:
+                        await runtime.tick()
+                    except WorkerStalled as exc:
+                        # Crash-only: a restart reads everything since the last commit point again.
+                        _log.error("stopping the worker so that it is restarted: %s", exc)
+                        await app.crash(exc)
+                        return
 
     @app.task
     async def refresh() -> None:
@@ -201,7 +230,10 @@ def build_app(settings: Settings, security: KafkaSecurity | None = None) -> faus
         # tick applies what the fleet stage decided).
         while not app.should_stop:
             await app.sleep(interval)
-            await runtime.refresh()
+            async with refresh_round:
+                if stopped.is_set():
+                    return
+                await runtime.refresh()
 
     @app.on_partitions_revoked.connect
     async def forget_revoked(_app: Any, revoked: set[Any], **_: Any) -> None:
@@ -223,6 +255,16 @@ def build_app(settings: Settings, security: KafkaSecurity | None = None) -> faus
 
     @app.on_before_shutdown.connect
     async def stop_checkpoints(_app: Any, **_: Any) -> None:
+        stopped.set()
+
+        async def rounds_done() -> None:
+            await tick_round.acquire()
+            await refresh_round.acquire()
+
+        try:
+            await asyncio.wait_for(rounds_done(), timeout=_STOP_WAIT_SECONDS)
+        except TimeoutError:
+            _log.warning("the timer's round outlasted the stop (%.0f s); stopping anyway", _STOP_WAIT_SECONDS)
         await runtime.stop()
 
     return app

@@ -98,6 +98,9 @@ class PartitionCheckpoint:
     copies: dict[int, int] = field(default_factory=dict)
     #: The consumer group generation in which the writer took the partition (-1: unknown).
     generation: int = -1
+    #: Re-keyed job copies the partition skipped as repeats, over its history (absent from a
+    #: checkpoint written before they were counted: read it with ``getattr(..., "repeats", 0)``).
+    repeats: int = 0
 
 
 def encode(checkpoint: PartitionCheckpoint) -> bytes:

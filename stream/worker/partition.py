@@ -134,7 +134,9 @@ class PartitionWorker:
             state = cls(partition, pipeline, merger, dict(checkpoint.offsets))
             state.fleet, state.fleet_offset = checkpoint.fleet, checkpoint.fleet_offset
             # A checkpoint of format 3 written before copies carried their source has no record.
-            state.copies = CopiesApplied(dict(getattr(checkpoint, "copies", None) or {}))
+            state.copies = CopiesApplied(
+                dict(getattr(checkpoint, "copies", None) or {}), getattr(checkpoint, "repeats", 0)
+            )
         if partition == 0 and state.fleet is None:
             state.fleet = FleetCore(settings.core_config().fleet_config(), settings.topic_partitions)
         return state
@@ -155,6 +157,7 @@ class PartitionWorker:
             self.fleet_offset,
             dict(self.copies.highest),
             self.generation,
+            self.copies.repeats,
         )
 
     def process_released(self) -> int:

@@ -16,10 +16,17 @@ highest offsets per ``jobs-by-node`` partition, in its checkpoint, so the rule h
 restarts: a repeat is skipped before the event-time merge and the watermark see it (and counted,
 ``faultstream_rekey_repeats_total``), never dead-lettered as late.
 
+The repeats a partition skipped are counted in its checkpoint too (:attr:`CopiesApplied.repeats`),
+so the newest checkpoint says how many copies the partition's history skipped, each once, however
+many workers were killed while redoing parts of it (the per-process counter loses a killed
+worker's count, and counts again a repeat that a successor skips again).
+
 >>> copies = CopiesApplied()
 >>> header = copy_headers(0, 41)
 >>> copies.repeat(header), copies.repeat(header), copies.repeat(copy_headers(0, 42))
 (False, True, False)
+>>> copies.repeats
+1
 >>> copies.repeat(None)  # a copy without the header (a producer of another version): used
 False
 """
@@ -65,6 +72,8 @@ class CopiesApplied:
     """Per jobs partition, the highest source offset of a copy this jobs-by-node partition applied."""
 
     highest: dict[int, int] = field(default_factory=dict)
+    #: Copies found to be repeats (and skipped) over the partition's history, checkpoint included.
+    repeats: int = 0
 
     def repeat(self, headers: Headers) -> bool:
         """Whether a copy was applied already (then skip it); a new one is recorded."""
@@ -73,6 +82,7 @@ class CopiesApplied:
             return False
         partition, offset = source
         if offset <= self.highest.get(partition, -1):
+            self.repeats += 1
             return True
         self.highest[partition] = offset
         return False

@@ -1,17 +1,19 @@
 """Failover on the real broker (issue 17, and the kill -9 of issue 12): workers killed with SIGKILL
-five times during a replay change nothing.
+five times during a replay change nothing, and each time their partitions resume within 10 s.
 
 Two workers with static group instance ids replay a simulated cluster published to 4 partitions
 (one record a message, so that the backlog lasts); five times one of them (in turn) is killed with
 SIGKILL in the middle of it and a replacement with the same instance id started at once. Then:
 
-- after every kill, every input partition with work left commits again (no time is asserted here:
-  ``tests/soak/failover.py`` prints the resume times);
+- after every kill, every partition with work left commits again within ``RESUME_SECONDS`` of the
+  replacement's launch (the resume time, defined in ``tests/services/failover.py`` and
+  docs/kafka.md#failover; the test prints each);
 - the incidents, attributions and MTTF rows equal the embedded replay's;
 - the dead letters equal the embedded replay's (none on this cluster): a job copy sent again by
   a re-keyer's successor is skipped as a repeat, never dead-lettered as late;
 - ``jobs-by-node`` holds each copy the re-keying makes (one per jobs message and partition) at
-  least once, every extra copy names its source and is a repeat by the rule the workers skip by;
+  least once, every extra copy names its source and is a repeat by the rule the workers skip by,
+  and the partitions' newest checkpoints count exactly that many repeats skipped;
 - no worker logged an ERROR line or a Faust "Timer ... is overlapping".
 
 The history is published before the workers read it. Published at a steady rate while they work
@@ -33,12 +35,10 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from stream.kafka.codec import decode_record, message_lines, partition_for_key
 from stream.worker.rekeying import CopiesApplied, copy_source
 from tests.services import kafka
-from tests.services.failover import KillRun, kill_during_replay
+from tests.services.failover import KillRun, checkpointed_repeats, kill_during_replay
 from tests.services.worker import (
-    Worker,
     assert_same_results,
     cli,
-    progress,
     query,
     results,
     wait_until_caught_up,
@@ -47,16 +47,19 @@ from tests.services.worker import (
 pytestmark = pytest.mark.e2e
 
 PARTITIONS = 4
+#: Issue 17's target: a killed worker's partitions commit again within this long of its
+#: replacement's launch, each time.
+RESUME_SECONDS = 10.0
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], dict[str, list[dict]], str]:
-    """A simulated 60-node cluster, 40 days with DCGM scrapes every 2 h (~250,000 records: a backlog
-    that outlasts five kills even now that a worker goes faster), and what the embedded replay makes
-    of it."""
+    """A simulated 60-node cluster, 40 days with DCGM scrapes every 150 minutes (~190,000 records:
+    at one record a message a backlog that outlasts five kills by half again on an idle machine,
+    and longer on a loaded one), and what the embedded replay makes of it."""
     folder = tmp_path_factory.mktemp("failover")
     sim = folder / "sim"
-    cli({}, "simulate", "--nodes", "60", "--days", "40", "--seed", "21", "--ecc-interval-minutes", "120",
+    cli({}, "simulate", "--nodes", "60", "--days", "40", "--seed", "21", "--ecc-interval-minutes", "150",
         "--out", str(sim))  # fmt: skip
     inputs = [sim / "kernel.log", sim / "sacct.txt", sim / "dcgm.prom"]
     store = folder / "embedded"
@@ -67,21 +70,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], dict[
     [last] = query(
         store, "SELECT toString(toStartOfDay(max(ts)) - toIntervalDay(1)) AS t FROM faultstream.xid_events"
     )
-    expected = results([store], last["t"])
-    expected["dead_letters"] = dead_letters([store])
+    expected = results([store], last["t"], dead_letters=True)
     return inputs, expected, last["t"]
-
-
-def dead_letters(stores: list[Path]) -> list[dict]:
-    """Every dead letter of the stores (kind and reason), one per (source, location, reason)."""
-    rows = {
-        (row["source"], row["location"], row["reason"]): row
-        for store in stores
-        for row in query(
-            store, "SELECT source, location, reason, record_kind FROM faultstream.dead_letters FINAL"
-        )
-    }
-    return sorted(({"kind": r["record_kind"], "reason": r["reason"]} for r in rows.values()), key=str)
 
 
 Message = tuple[int, int, bytes, list[tuple[str, bytes]]]
@@ -117,26 +107,38 @@ def test_five_sigkills_during_a_replay_change_nothing(
 ) -> None:
     inputs, expected, before = cluster
     prefix = f"failover{uuid.uuid4().hex[:6]}"
-    env = kafka.deployment_env(bootstrap, prefix, PARTITIONS, FAULTSTREAM_DATA_DIR=str(tmp_path / "data"))
+    # The backlog is published before the workers start: a partition with nothing left to read is
+    # done, and the fleet stage need not wait long for it (the tests' default is 15 s).
+    env = kafka.deployment_env(bootstrap, prefix, PARTITIONS, FAULTSTREAM_DATA_DIR=str(tmp_path / "data"),
+                               FAULTSTREAM_WORKER_FLEET_IDLE_SECONDS="5")  # fmt: skip
     cli(env, "init-kafka")
     run = KillRun()
+    began = time.time()
     try:
-        kill_during_replay(run, env, inputs, tmp_path, workers=2, kills=5)
+        kill_during_replay(run, env, inputs, tmp_path, workers=2, kills=5, patience=30)
+        killed = time.time()
         wait_until_caught_up(env, run.alive, timeout=420)
-        repeats_at_end = sum(w.metric("faultstream_rekey_repeats_total") for w in run.alive)
+        caught_up = time.time()
     finally:
         for worker in run.alive:
             worker.stop()
 
-    print(f"resume seconds after each kill: {run.resumes}")  # the figures, in pytest -s output
-    assert len(run.resumes) == 5
-    assert all(seconds is not None for _, seconds in run.resumes), (
-        f"a kill's partitions never moved: {run.resumes}"
+    resumes = [seconds for _, seconds in run.resumes]
+    # The figures, in pytest -s output (and in the assertion's message).
+    print("resume seconds after each kill: " + ", ".join("-" if s is None else f"{s:.1f}" for s in resumes))
+    assert len(resumes) == 5
+    assert all(s is not None and s <= RESUME_SECONDS for s in resumes), (
+        f"after a kill the partitions took longer than {RESUME_SECONDS} s to commit again: {run.resumes}"
+        f"\n{run.events}"
     )
     stores = [worker.store for worker in run.incarnations]
-    got = results(stores, before)
-    assert_same_results(got, {k: v for k, v in expected.items() if k != "dead_letters"})
-    assert dead_letters(stores) == expected["dead_letters"]
+    compared = time.time()
+    got = results(stores, before, dead_letters=True)
+    assert_same_results(
+        {k: v for k, v in got.items() if k != "dead_letters"},
+        {k: v for k, v in expected.items() if k != "dead_letters"},
+    )
+    assert got["dead_letters"] == expected["dead_letters"]
 
     # jobs-by-node: each copy one re-keying makes is there; every extra one is a recognisable repeat.
     bootstrap_servers = env["FAULTSTREAM_KAFKA_BOOTSTRAP"]
@@ -158,61 +160,25 @@ def test_five_sigkills_during_a_replay_change_nothing(
     assert set(seen) == wanted
     extra = sum(seen.values()) - len(seen)
     assert repeats_by_rule == extra, f"{extra} extra copies, {repeats_by_rule} of them repeats by the rule"
-    # The skipped repeats were counted (killed workers' counters were read just before each kill).
-    assert run.repeats_before_kills + repeats_at_end <= extra
+    # Each extra copy was skipped and counted once, in the history the partitions' newest
+    # checkpoints carry (whichever worker skipped it, killed or not).
+    counted = checkpointed_repeats(env)
+    seconds = {
+        "publishing": run.events[0][0] - began,
+        "kills": killed - run.events[0][0],
+        "catching up": caught_up - killed,
+        "comparing": time.time() - compared,
+    }
     print(  # the figures of the run, in pytest -s output
-        json.dumps({"resume_seconds": run.resumes, "extra_copies": extra, "copies": len(seen),
-                    "repeats_counted": run.repeats_before_kills + repeats_at_end})
+        json.dumps({"resume_seconds": resumes, "extra_copies": extra, "copies": len(seen),
+                    "repeats_counted": counted, "seconds": {k: round(v, 1) for k, v in seconds.items()}})
     )  # fmt: skip
+    assert sum(counted.values()) == extra, f"{extra} extra copies, repeats counted per partition: {counted}"
+    assert extra > 0, "no copy was sent twice: the kills did not test the repeat rule"
 
     for worker in run.incarnations:
         log = worker.log()
         errors = [line for line in log.splitlines() if "[ERROR]" in line]
         assert not errors, f"{worker.log_path}: ERROR lines:\n" + "\n".join(errors[:5])
         assert "is overlapping" not in log, f"{worker.log_path}: Faust's timer overlapped"
-    kafka.delete_deployment_topics(env)
-
-
-def test_three_workers_one_leaving_mid_replay_change_nothing(
-    bootstrap: str, tmp_path: Path, cluster: tuple[list[Path], dict[str, list[dict]], str]
-) -> None:
-    """Three workers (dynamic membership) share 4 partitions; one stops cleanly (SIGTERM) in the
-    middle of the replay, leaves the group, and the other two take its partitions over from their
-    checkpoints."""
-    inputs, expected, before = cluster
-    prefix = f"leave{uuid.uuid4().hex[:6]}"
-    env = kafka.deployment_env(bootstrap, prefix, PARTITIONS, FAULTSTREAM_DATA_DIR=str(tmp_path / "data"))
-    cli(env, "init-kafka")
-    cli(env, "replay", *map(str, inputs), "--to", f"kafka://{bootstrap}", "--no-progress",
-        "--records-per-message", "1")  # fmt: skip
-    members = [Worker(env, tmp_path / f"store{n}", tmp_path / f"worker{n}.log") for n in range(3)]
-    try:
-        deadline = time.monotonic() + 180
-        # It has work of its own: rows written, not only commits (a commit may carry records the
-        # merge still holds for another source, which a clean stop hands over unapplied).
-        while (
-            members[2].metric("faultstream_commits_total", before_start=0) < 3
-            or members[2].metric("faultstream_sink_rows_total", before_start=0) == 0
-        ):
-            members[2].assert_alive()
-            assert time.monotonic() < deadline, "the third worker wrote nothing in 180 s"
-            time.sleep(0.5)
-        members[2].stop()
-        done = progress(env)
-        assert any(committed < end for committed, end in done.values()), "it left after the end"
-        wait_until_caught_up(env, members[:2], timeout=420)
-    finally:
-        for member in members:
-            member.stop()
-    # It had input partitions of its own before it left (which ones depends on the assignment:
-    # some of its commits may have been of XID or job records only).
-    stored = query(
-        members[2].store,
-        "SELECT (SELECT count() FROM faultstream.ecc_samples) + (SELECT count() FROM faultstream.xid_events)"
-        " + (SELECT count() FROM faultstream.job_events) AS n",
-    )
-    assert stored[0]["n"] > 0, "the worker that left had applied nothing of its own"
-    stores = [m.store for m in members]
-    assert_same_results(results(stores, before), {k: v for k, v in expected.items() if k != "dead_letters"})
-    assert dead_letters(stores) == expected["dead_letters"]
     kafka.delete_deployment_topics(env)

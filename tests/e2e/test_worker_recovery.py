@@ -1,8 +1,9 @@
-"""Crash safety of the worker on the real broker: kill -9, a ClickHouse outage, two workers in a group.
+"""Crash safety of the worker on the real broker: kill -9 and a ClickHouse outage, on one partition.
 
-Each test compares what the workers wrote with a reference run of the same example logs: the
-embedded replay for one partition, one worker for two. "Equal" means the same incident ids with the
-same versions and states, the same attributions and the same MTTF partial rows.
+Each test compares what the worker wrote with the embedded replay of the same example logs: the
+same incident ids with the same versions, states, severities and first evidence, the same
+attributions and the same MTTF partial rows. (Groups of workers — splitting the partitions, one
+joining, one killed, one leaving — are ``test_scale_out.py``'s and ``test_worker_failover.py``'s.)
 
 What at-least-once allows, and the tests hold to: after a kill -9 the restarted worker redoes the
 work since its partition's last checkpoint (at most ``worker_flush_seconds`` of input), so an
@@ -15,7 +16,6 @@ from __future__ import annotations
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,7 +29,6 @@ from tests.services.worker import (
     incident_messages,
     input_topics,
     progress,
-    query,
     results,
     wait_until_caught_up,
 )
@@ -41,27 +40,21 @@ LOGS = ROOT / "examples" / "sim-48x14" / "logs"
 
 
 def deployment(
-    bootstrap: str,
-    tmp_path: Path,
-    partitions: int,
-    name: str,
-    *,
-    publish: bool = True,
-    per_message: int = 256,
+    bootstrap: str, tmp_path: Path, partitions: int, name: str, *, per_message: int
 ) -> dict[str, str]:
+    """Topics of a deployment of its own, the example published to them."""
     prefix = f"{name}{uuid.uuid4().hex[:8]}"
     env = kafka.deployment_env(bootstrap, prefix, partitions, FAULTSTREAM_DATA_DIR=str(tmp_path / prefix))
     cli(env, "init-kafka")
-    if publish:
-        publish_logs(env, per_message)
+    publish_logs(env, per_message)
     return env
 
 
 def publish_logs(env: dict[str, str], per_message: int = 256) -> None:
     """Publish the example; ``per_message`` records a message (1: what a one-record producer sends).
 
-    The kill and the join use one record a message: the example must span enough messages for
-    them to land mid-stream; the outage uses small batches, the two workers full ones."""
+    The kill uses one record a message: the example must span enough messages for it to land
+    mid-stream; the outage uses small batches."""
     cli(env, "replay", str(LOGS), "--to", f"kafka://{env['FAULTSTREAM_KAFKA_BOOTSTRAP']}", "--no-progress",
         "--records-per-message", str(per_message))  # fmt: skip
 
@@ -142,78 +135,4 @@ def test_a_clickhouse_outage_pauses_the_worker_and_loses_nothing(
     finally:
         worker.stop()
     assert_same_results(results([worker.store], before), expected)
-    kafka.delete_deployment_topics(env)
-
-
-@pytest.fixture(scope="module")
-def one_worker_on_two_partitions(
-    bootstrap: str, tmp_path_factory: pytest.TempPathFactory, embedded
-) -> Iterator[tuple[dict[str, list[dict]], str]]:
-    """What one worker writes for the example logs on two partitions: the reference for groups.
-
-    It equals the embedded replay's results (one core over everything): on these logs the
-    partitioning changes nothing. (The fleet-relative parts — the XID-storm fleet floor, the lemon
-    baseline — are kept per partition, so on other data they can.)"""
-    tmp_path = tmp_path_factory.mktemp("alone")
-    alone = deployment(bootstrap, tmp_path, 2, "a")
-    worker = Worker(alone, tmp_path / "alone", tmp_path / "alone.log")
-    try:
-        wait_until_caught_up(alone, [worker])
-    finally:
-        worker.stop()
-    [last] = query(worker.store, "SELECT toString(toStartOfHour(max(ts))) AS t FROM faultstream.xid_events")
-    reference = results([worker.store], last["t"])
-    assert len(reference["incidents"]) > 10
-    expected, before = embedded
-    assert last["t"] == before
-    assert_same_results(reference, expected)
-    yield reference, last["t"]
-    kafka.delete_deployment_topics(alone)
-
-
-def test_two_workers_in_one_group_split_the_partitions_and_match_one_worker(
-    bootstrap: str, tmp_path: Path, one_worker_on_two_partitions
-) -> None:
-    reference, before = one_worker_on_two_partitions
-    pair = deployment(bootstrap, tmp_path, 2, "p", publish=False)
-    workers = [Worker(pair, tmp_path / name, tmp_path / f"{name}.log") for name in ("first", "second")]
-    try:
-        deadline = time.monotonic() + 120
-        while not all(member.metric("faultstream_commits_total", before_start=-1) >= 0 for member in workers):
-            assert time.monotonic() < deadline, "the two workers did not both start in 120 s"
-            time.sleep(0.5)
-        time.sleep(5)  # both have joined the group: the history arrives at two members
-        publish_logs(pair)
-        wait_until_caught_up(pair, workers)
-    finally:
-        for member in workers:
-            member.stop()
-    for member in workers:  # each ended up owning one of the two partitions and wrote its events
-        assert query(member.store, "SELECT count() AS n FROM faultstream.xid_events")[0]["n"] > 0
-    assert_same_results(results([member.store for member in workers], before), reference)
-    kafka.delete_deployment_topics(pair)
-
-
-def test_a_worker_joining_mid_stream_takes_over_a_partition_and_nothing_changes(
-    bootstrap: str, tmp_path: Path, one_worker_on_two_partitions
-) -> None:
-    reference, before = one_worker_on_two_partitions
-    env = deployment(bootstrap, tmp_path, 2, "j", per_message=1)
-    first = Worker(env, tmp_path / "first", tmp_path / "first.log")
-    workers = [first]
-    try:
-        deadline = time.monotonic() + 120
-        while first.metric("faultstream_commits_total", before_start=0) < 2:  # busy, some committed
-            first.assert_alive()
-            assert time.monotonic() < deadline, "the first worker committed nothing in 120 s"
-            time.sleep(0.2)
-        workers.append(Worker(env, tmp_path / "second", tmp_path / "second.log"))
-        wait_until_caught_up(env, workers)
-        # The second worker took a partition over from its checkpoint and wrote from there on.
-        assert workers[1].metric("faultstream_checkpoints_restored_total") >= 1
-    finally:
-        for member in workers:
-            member.stop()
-    assert query(workers[1].store, "SELECT count() AS n FROM faultstream.xid_events")[0]["n"] > 0
-    assert_same_results(results([member.store for member in workers], before), reference)
     kafka.delete_deployment_topics(env)

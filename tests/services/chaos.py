@@ -432,7 +432,7 @@ def _compare(
     report: ChaosReport, env: dict[str, str], slots: list[ChaosWorker], workdir: Path, expected_store: Path
 ) -> None:
     """Load every worker's rows into one store and compare it with the embedded replay's."""
-    from tests.services.worker import incident_messages, query
+    from tests.services.worker import ATTRIBUTION_COLUMNS, INCIDENT_COLUMNS, incident_messages, query
 
     dumps = workdir / "dumps"
     dumps.mkdir(exist_ok=True)
@@ -444,11 +444,9 @@ def _compare(
     before = last["t"]
     mttf_where = (f"WHERE window_start + toIntervalSecond(window_seconds) <= toDateTime64('{before}', 3, 'UTC')")  # fmt: skip
     selects = {table: f"SELECT {keys} FROM faultstream.{table} FINAL" for table, keys in EVENT_KEYS.items()}
-    selects["incidents"] = (
-        "SELECT incident_id, version, status, kind, node, gpu FROM faultstream.incidents FINAL"
-    )
+    selects["incidents"] = f"SELECT {INCIDENT_COLUMNS} FROM faultstream.incidents FINAL"
     selects["job_attributions"] = (
-        "SELECT job_id, toString(start) AS run_start, hardware, verdict FROM faultstream.job_attributions FINAL"
+        f"SELECT {ATTRIBUTION_COLUMNS}, start AS run_start, verdict FROM faultstream.job_attributions FINAL"
     )
     selects["mttf_partials"] = (
         "SELECT window_seconds, toString(window_start) AS window_start, job_id, toString(run_start) AS run_start, "

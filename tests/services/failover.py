@@ -1,16 +1,25 @@
 """Kill workers with SIGKILL during a replay and time how soon their partitions commit again.
 
-Shared by ``tests/e2e/test_worker_failover.py`` (which asserts the results, not the times) and
-``tests/soak/failover.py`` (which prints the times).
+Shared by ``tests/e2e/test_worker_failover.py`` (which asserts the results and the times) and
+``tests/soak/failover.py`` (which prints the times, for any number of kills, workers and
+partitions, static or dynamic membership).
 
 A run: a simulated cluster is published to ``partitions`` partitions, all of it first (one record a
 message, so that the backlog lasts) or at a steady ``rate`` while they work (``replay --to
 --rate``), and ``workers`` workers, each with its own static group instance id
 (``FAULTSTREAM_WORKER_INSTANCE_ID``), work it. ``kills`` times, a worker (in turn) is killed with
-SIGKILL and a replacement with the same instance id is started at once, as a supervisor would. The
-resume time of a kill counts from the replacement's launch until every input partition that had
-messages left to commit at that moment has committed past where it stood (so it includes the
-interpreter's start, the group join, the checkpoint restore and one commit interval).
+SIGKILL and a replacement with the same instance id is started at once, as a supervisor would
+(or, ``replace="later"``, only once the others have taken its partitions over).
+
+**Resume time** (docs/kafka.md#failover), measured from outside through the group's committed
+offsets: the committed offset of every input partition is read right after the kill; the time
+runs from the replacement's launch (``replace="later"``: from the kill) until every *partition*
+that had messages left to commit then has committed past where it stood — partition *p* of the
+co-partitioned xid, ecc and jobs-by-node topics on any of the three, a jobs partition on its own.
+A partition taken over commits with its first message (:mod:`stream.worker.runtime`), so this is
+the interpreter's start, the group join, the checkpoint restore and the first message applied and
+made durable. The other workers' partitions commit every ``FAULTSTREAM_WORKER_FLUSH_SECONDS``
+anyway, so the figure is an upper bound of the killed worker's own partitions.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ import random
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,7 +39,15 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from tests.services.worker import ROOT, Worker, input_topics
 
-__all__ = ["GroupWatch", "KillRun", "kill_during_replay"]
+__all__ = [
+    "GroupWatch",
+    "KillRun",
+    "checkpointed_repeats",
+    "join_kill_leave",
+    "kill_during_replay",
+    "resume_seconds",
+    "wait_until_up",
+]
 
 
 class GroupWatch:
@@ -69,6 +87,16 @@ class GroupWatch:
 
         return self.loop.run_until_complete(ask())
 
+    def members(self) -> tuple[str, int]:
+        """The group's state (``Stable`` once a rebalance is over) and how many members it has."""
+
+        async def ask() -> tuple[str, int]:
+            [response] = await self.admin.describe_consumer_groups([self.env["FAULTSTREAM_WORKER_APP_ID"]])
+            [group] = response.groups
+            return str(group[2]), len(group[5])
+
+        return self.loop.run_until_complete(ask())
+
     def close(self) -> None:
         self.loop.run_until_complete(self.consumer.stop())
         self.loop.run_until_complete(self.admin.close())
@@ -78,32 +106,80 @@ class GroupWatch:
 @dataclass
 class KillRun:
     """What a run did: every worker process it started (killed or alive), and per kill the worker
-    killed and the seconds until its partitions committed again (None: not before the end)."""
+    killed and the seconds until its partitions committed again (None: not within the patience)."""
 
     incarnations: list[Worker] = field(default_factory=list)
     alive: list[Worker] = field(default_factory=list)
     resumes: list[tuple[str, float | None]] = field(default_factory=list)
-    #: faultstream_rekey_repeats_total of each killed worker, read just before its kill.
-    repeats_before_kills: float = 0.0
     #: (wall-clock time, what happened): kills, launches, resumes (to read beside the workers' logs).
     events: list[tuple[float, str]] = field(default_factory=list)
 
 
-def _resume_seconds(watch: GroupWatch, started: float, patience: float) -> float | None:
-    """Seconds from ``started`` until every partition with uncommitted messages at the first look
-    has committed more; None if not within ``patience``."""
-    first = watch.offsets()
-    waiting = {tp: committed for tp, (committed, end) in first.items() if committed < end}
+Unit = tuple[str, int]
+
+
+def _unit(tp: TopicPartition, jobs_topic: str) -> Unit:
+    """The partition a topic partition belongs to: a jobs partition, or input partition *p*
+    (its xid, ecc and jobs-by-node partitions are one detection core's)."""
+    return ("jobs", tp.partition) if tp.topic == jobs_topic else ("input", tp.partition)
+
+
+def resume_seconds(
+    watch: GroupWatch,
+    at_kill: dict[TopicPartition, tuple[int, int]],
+    started: float,
+    patience: float,
+    events: list[tuple[float, str]] | None = None,
+) -> float | None:
+    """Seconds from ``started`` until every partition with messages left to commit in ``at_kill``
+    (the offsets read right after the kill) has committed past where it stood on one of its
+    topics (the module's docstring); None if not within ``patience``. Each partition's own time
+    goes to ``events``."""
+    jobs = watch.env["FAULTSTREAM_TOPIC_JOBS"]
+    waiting: dict[Unit, dict[TopicPartition, int]] = {}
+    for tp, (committed, _end) in at_kill.items():
+        waiting.setdefault(_unit(tp, jobs), {})[tp] = committed
+    waiting = {
+        unit: tps for unit, tps in waiting.items() if any(at_kill[tp][0] < at_kill[tp][1] for tp in tps)
+    }
     while waiting:
         if time.monotonic() - started > patience:
             return None
-        time.sleep(0.2)
+        time.sleep(0.1)
         now = watch.offsets()
-        waiting = {tp: committed for tp, committed in waiting.items() if now[tp][0] <= committed}
+        moved = [unit for unit, tps in waiting.items() if any(now[tp][0] > done for tp, done in tps.items())]
+        for unit in moved:
+            del waiting[unit]
+            if events is not None:
+                events.append((time.time(), f"{unit[0]} partition {unit[1]} committed again"))
     return time.monotonic() - started
 
 
-def _wait_until_up(worker: Worker, timeout: float = 120.0) -> None:
+def checkpointed_repeats(env: dict[str, str]) -> dict[int, int]:
+    """Per input partition, the re-keyed job copies its history skipped as repeats, as its newest
+    checkpoint counts them (:attr:`stream.worker.rekeying.CopiesApplied.repeats`): each once,
+    whichever worker skipped it and however many were killed after."""
+    from stream.worker.checkpoints import CheckpointTopic
+
+    async def read() -> dict[int, int]:
+        topic = CheckpointTopic(
+            {"bootstrap_servers": env["FAULTSTREAM_KAFKA_BOOTSTRAP"]},
+            env["FAULTSTREAM_TOPIC_CHECKPOINTS"],
+            env["FAULTSTREAM_WORKER_APP_ID"],
+        )
+        partitions = int(env["FAULTSTREAM_TOPIC_PARTITIONS"])
+        await topic.start(partitions)
+        try:
+            found = {number: await topic.load(number) for number in range(partitions)}
+        finally:
+            await topic.stop()
+        return {number: loaded[0].repeats for number, loaded in found.items() if loaded is not None}
+
+    return asyncio.run(read())
+
+
+def wait_until_up(worker: Worker, timeout: float = 120.0) -> None:
+    """Until a worker's metrics endpoint answers (it has built its app and started Faust)."""
     deadline = time.monotonic() + timeout
     while worker.metric("faultstream_commits_total", before_start=-1) < 0:
         worker.assert_alive()
@@ -123,10 +199,15 @@ def kill_during_replay(
     seed: int = 17,
     patience: float = 60.0,
     static: bool = True,
+    replace: str = "at once",
 ) -> None:
     """Publish ``inputs`` (first, or at ``rate`` records/s while ``workers`` workers run), killing
-    one ``kills`` times (see the module's docstring), into ``run``. The caller stops ``run.alive`` in any case
-    (after waiting for them to catch up if it compares results)."""
+    one ``kills`` times (see the module's docstring), into ``run``. ``replace``: "at once" (a
+    supervisor restarting the worker) or "later" (a worker lost for good: the others take its
+    partitions over when its session times out; its replacement starts after that, so that the
+    group keeps its size for the next kill). The caller stops ``run.alive`` in any case (after
+    waiting for them to catch up if it compares results)."""
+    assert replace in ("at once", "later"), replace
     rng = random.Random(seed)
     serial = iter(range(10**6))
 
@@ -152,10 +233,8 @@ def kill_during_replay(
     try:
         names = [f"w{n}" for n in range(workers)]
         run.alive = [start(name) for name in names]
-        deadline = time.monotonic() + 120
-        while not all(w.metric("faultstream_commits_total", before_start=-1) >= 0 for w in run.alive):
-            assert time.monotonic() < deadline, "the workers did not start in 120 s"
-            time.sleep(0.5)
+        for worker in run.alive:
+            wait_until_up(worker)
         if rate is not None:
             time.sleep(3)  # every member has joined: the history arrives at the whole group
             publisher = subprocess.Popen(
@@ -163,27 +242,144 @@ def kill_during_replay(
                 stdout=subprocess.DEVNULL, stderr=(folder / "publisher.log").open("w"),
             )  # fmt: skip
         for kill in range(kills):
-            time.sleep(rng.uniform(2.0, 5.0))  # at a random moment of the work
+            time.sleep(rng.uniform(1.5, 3.0))  # at a random moment of the work (commits come every 2 s)
             if publisher is not None:
                 assert publisher.poll() is None, f"the replay ended before kill {kill + 1}: use a lower rate"
-            left = sum(end - committed for committed, end in watch.offsets().values())
-            assert left > 0, f"the workers were done before kill {kill + 1}: nothing to test"
             name, victim = names[kill % workers], run.alive[kill % workers]
             for member in run.alive:
                 member.assert_alive()
-            run.repeats_before_kills += victim.metric("faultstream_rekey_repeats_total", before_start=0)
             victim.kill()
+            killed = time.monotonic()
             run.events.append((time.time(), f"killed {name}"))
-            replacement = start(name)
-            started = time.monotonic()
+            at_kill = watch.offsets()  # the victim commits nothing more: where its partitions stand
+            left = sum(end - committed for committed, end in at_kill.values())
+            assert left > 0, f"the workers were done before kill {kill + 1}: nothing to test"
+            if replace == "at once":
+                replacement = start(name)
+                started = time.monotonic()
+            else:
+                started = killed
+            seconds = resume_seconds(watch, at_kill, started, patience, run.events)
+            run.resumes.append((name, seconds))
+            run.events.append((time.time(), f"resumed after {seconds} s"))
+            if replace == "later":
+                replacement = start(name)
             run.alive[kill % workers] = replacement
-            run.resumes.append((name, _resume_seconds(watch, started, patience)))
-            run.events.append((time.time(), f"resumed after {run.resumes[-1][1]} s"))
             # The next kill comes once the replacement runs (on a loaded machine the others can
             # take its partitions first, when its start outlasts the session timeout).
-            _wait_until_up(replacement)
+            wait_until_up(replacement)
         if publisher is not None:
             assert publisher.wait(timeout=600) == 0, (folder / "publisher.log").read_text()[-2000:]
+    finally:
+        if publisher is not None and publisher.poll() is None:
+            publisher.kill()
+            publisher.wait()
+        watch.close()
+
+
+def _left(watch: GroupWatch) -> int:
+    """Messages of the input topics the group has not committed yet."""
+    return sum(end - committed for committed, end in watch.offsets().values())
+
+
+def _wait_for(worker: Worker, what: str, ready: Callable[[], bool], timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        worker.assert_alive()
+        assert time.monotonic() < deadline, f"{worker.log_path.name}: not {what} within {timeout:.0f} s"
+        time.sleep(0.2)
+
+
+def join_kill_leave(
+    run: KillRun,
+    env: dict[str, str],
+    folder: Path,
+    *,
+    publish: Callable[[], subprocess.Popen[bytes]] | None = None,
+    patience: float = 30.0,
+) -> None:
+    """Three workers through every change of membership, into ``run``: w0 (static instance id)
+    and w1 start; w2 joins mid-stream (a rebalance); w0 is SIGKILLed and replaced at once with its
+    id (no rebalance; the resume time goes to ``run.resumes``); w1 stops with SIGTERM and leaves
+    the group (dynamic membership: a LeaveGroup, the others take its partitions at once). w2 takes
+    partitions over from their checkpoints at its join, or (fewer than two partitions a worker)
+    when w1 leaves: Faust's assignor is sticky.
+
+    The input is a backlog already published, or what ``publish`` starts publishing once w0 and
+    w1 run (a replay at a steady rate: a small input lasts through every change that way). Each
+    change comes once the workers concerned have work (the leaver: rows of its own), and mid-stream — the publisher
+    still running or the group with input left — else the run tested nothing (an assertion). The
+    caller waits for ``run.alive`` to catch up (and the publisher to end) and stops them."""
+    serial = iter(range(100))
+    publisher: subprocess.Popen[bytes] | None = None
+
+    def start(name: str, instance: str = "") -> Worker:
+        worker = Worker(
+            {**env, "FAULTSTREAM_WORKER_INSTANCE_ID": instance},
+            folder / f"store-{name}-{next(serial)}",
+            folder / f"{name}-{len(run.incarnations)}.log",
+        )
+        run.incarnations.append(worker)
+        run.events.append((time.time(), f"launched {name}: {worker.log_path.name}"))
+        return worker
+
+    def working(worker: Worker) -> Callable[[], bool]:
+        """It has partitions and has committed (a partition commits with its first message)."""
+        return lambda: worker.metric("faultstream_commits_total", before_start=0) >= 1
+
+    def wrote(worker: Worker) -> Callable[[], bool]:
+        """It has written rows of its own (a commit may carry only records the merge still holds,
+        which a clean stop hands over unapplied)."""
+        return lambda: worker.metric("faultstream_sink_rows_total", before_start=0) > 0
+
+    def mid_stream(before: str) -> None:
+        publishing = publisher is not None and publisher.poll() is None
+        assert publishing or _left(watch) > 0, f"the workers were done {before}: nothing to test"
+
+    watch = GroupWatch(env)
+    try:
+        first, second = start("w0", "w0"), start("w1")
+        run.alive = [first, second]
+        if publish is not None:
+            for worker in run.alive:
+                wait_until_up(worker)
+            _wait_for(second, "a member of the group", lambda: watch.members() == ("Stable", 2))
+            publisher = publish()
+            run.events.append((time.time(), "publishing"))
+        for worker in run.alive:
+            _wait_for(worker, "working", working(worker))
+        mid_stream("before the third joined")
+        third = start("w2")
+        run.alive.append(third)
+        # It joined once the rebalance is over with three members. (Faust's assignor is sticky:
+        # with fewer partitions than 2 a worker it keeps two each and gives the third none until
+        # someone leaves, so that it may have no input partition yet.)
+        _wait_for(third, "a member of the group", lambda: watch.members() == ("Stable", 3))
+        run.events.append((time.time(), "w2 joined"))
+        first.kill()
+        run.events.append((time.time(), "killed w0"))
+        at_kill = watch.offsets()
+        mid_stream("before the kill")
+        replacement = start("w0", "w0")
+        started = time.monotonic()
+        run.alive[0] = replacement
+        run.resumes.append(("w0", resume_seconds(watch, at_kill, started, patience, run.events)))
+        run.events.append((time.time(), f"resumed after {run.resumes[-1][1]} s"))
+        _wait_for(second, "writing rows", wrote(second))
+        mid_stream("before the leave")
+        second.stop()
+        run.alive.remove(second)
+        run.events.append((time.time(), "w1 left"))
+        mid_stream("when w1 had left")
+        # The joiner took partitions over from their checkpoints (at its join, or when w1 left).
+        _wait_for(third, "restored from a checkpoint",
+                  lambda: third.metric("faultstream_checkpoints_restored_total", before_start=0) >= 1)  # fmt: skip
+        _wait_for(third, "writing rows", wrote(third))
+        run.events.append((time.time(), "w2 restored a checkpoint and wrote rows"))
+        if publisher is not None:
+            assert publisher.wait(timeout=600) == 0, "the publisher failed"
+            publisher = None
+            run.events.append((time.time(), "published"))
     finally:
         if publisher is not None and publisher.poll() is None:
             publisher.kill()

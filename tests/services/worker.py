@@ -18,8 +18,12 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+
+if TYPE_CHECKING:
+    from tests.services.chdb_sql import SqlSession
 
 ROOT = Path(__file__).resolve().parents[2]
 FLAKY_SINK_WORKER = Path(__file__).with_name("flaky_sink_worker.py")
@@ -207,28 +211,62 @@ def newest(rows: list[dict], key: tuple[str, ...]) -> list[dict]:
     return [best[k] for k in sorted(best)]
 
 
-def results(stores: list[Path], before: str) -> dict[str, list[dict]]:
-    """Incidents, attributions and the MTTF partial rows of windows ending by `before`, merged over stores."""
-    incidents, attributions, partials = [], [], []
+#: What the equality tests compare of an incident (SPEC: id, kind, severity, node, GPU, first
+#: evidence) beside its version and status.
+INCIDENT_COLUMNS = (
+    "incident_id, version, status, kind, severity, node, gpu, toString(first_evidence) AS first_evidence"
+)
+#: ... and of a job attribution: the verdict, the run, and the evidence it lists from every node.
+ATTRIBUTION_COLUMNS = (
+    "job_id, toString(start) AS start, toString(end) AS end, state, num_nodes, hardware, "
+    "evidence_nodes, evidence_xids, evidence_kinds, incident_id, round(gpu_hours, 6) AS gpu_hours"
+)
+
+
+def results(stores: list[Path], before: str, *, dead_letters: bool = False) -> dict[str, list[dict]]:
+    """Incidents, attributions and the MTTF partial rows of windows ending by `before`, merged over
+    stores; with ``dead_letters``, also every dead letter's kind and reason (one per source,
+    location and reason), under ``"dead_letters"``: compare that list as a list, not as a set.
+
+    One SQL runner process per store answers its queries (a `faultstream query` process per query
+    took three times as long: most of each is the interpreter's and chdb's start)."""
+    from tests.services.chdb_sql import SqlSession
+
+    incidents, attributions, partials, letters = [], [], [], {}
     for store in stores:
-        incidents += query(
-            store, "SELECT incident_id, version, status, kind, node, gpu FROM faultstream.incidents FINAL"
-        )
-        attributions += query(
-            store,
-            "SELECT job_id, start, hardware, verdict AS version FROM faultstream.job_attributions FINAL",
-        )
-        partials += query(
-            store,
-            "SELECT window_seconds, window_start, job_id, run_start, version, size_bucket, "
-            "round(node_hours, 6) AS nh, failures, jobs_ended FROM faultstream.mttf_partials FINAL "
-            f"WHERE window_start + toIntervalSecond(window_seconds) <= toDateTime64('{before}', 3, 'UTC')",
-        )
-    return {
+        session = SqlSession(store)
+        try:
+            if dead_letters:
+                sql = "SELECT source, location, reason, record_kind FROM faultstream.dead_letters FINAL"
+                letters |= {(r["source"], r["location"], r["reason"]): r for r in _rows(session, sql)}
+            incidents += _rows(session, f"SELECT {INCIDENT_COLUMNS} FROM faultstream.incidents FINAL")
+            attributions += _rows(
+                session,
+                f"SELECT {ATTRIBUTION_COLUMNS}, verdict AS version FROM faultstream.job_attributions FINAL",
+            )
+            partials += _rows(
+                session,
+                "SELECT window_seconds, window_start, job_id, run_start, version, size_bucket, "
+                "round(node_hours, 6) AS nh, failures, jobs_ended FROM faultstream.mttf_partials FINAL "
+                f"WHERE window_start + toIntervalSecond(window_seconds) <= toDateTime64('{before}', 3, 'UTC')",
+            )
+        finally:
+            session.close()
+    found = {
         "incidents": newest(incidents, ("incident_id",)),
         "attributions": newest(attributions, ("job_id", "start")),
         "mttf": newest(partials, ("window_seconds", "window_start", "job_id", "run_start")),
     }
+    if dead_letters:
+        kinds = ({"kind": r["record_kind"], "reason": r["reason"]} for r in letters.values())
+        found["dead_letters"] = sorted(kinds, key=str)
+    return found
+
+
+def _rows(session: SqlSession, sql: str) -> list[dict]:
+    answer = session.run(sql)
+    assert "error" not in answer, f"{sql}: {answer['error']}"
+    return [dict(zip(answer["columns"], row, strict=True)) for row in answer["rows"]]
 
 
 def incident_messages(env: dict[str, str]) -> list[tuple[str, int]]:

@@ -338,6 +338,34 @@ def test_the_worker_scales(services: dict[str, dict[str, Any]], env: dict[str, s
     assert not worker.get("profiles")
 
 
+def test_each_worker_replica_has_a_static_instance_id_of_its_own(
+    services: dict[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    """Compose has no per-replica environment: the worker's entrypoint makes its container's
+    hostname its group instance id (docs/kafka.md#failover), unless one is set. Run as the
+    container would run it, with a stand-in ``faultstream`` that prints what it was given."""
+    worker = services["worker"]
+    assert "FAULTSTREAM_WORKER_INSTANCE_ID" not in _environment(worker), (
+        "one instance id for every replica: the broker would fence all but one of them"
+    )
+    entrypoint, command = worker["entrypoint"], worker["command"]
+    assert entrypoint[0] == "/bin/sh" and command == ["worker"]
+    stand_in = tmp_path / "faultstream"
+    stand_in.write_text('#!/bin/sh\necho "id=$FAULTSTREAM_WORKER_INSTANCE_ID args=$*"\n')
+    stand_in.chmod(0o755)
+    base = {"PATH": f"{tmp_path}:/usr/bin:/bin"}
+
+    def run(**env: str) -> str:
+        done = subprocess.run([*entrypoint, *command], env={**base, **env}, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    assert run(HOSTNAME="3f2a9c0d1e7b") == "id=3f2a9c0d1e7b args=worker"
+    assert run(HOSTNAME="5b1c", FAULTSTREAM_WORKER_INSTANCE_ID="worker-1") == "id=worker-1 args=worker"
+    # Without HOSTNAME in the environment (docker always sets it), the hostname file's content.
+    assert run() == f"id={Path('/etc/hostname').read_text().strip()} args=worker"
+
+
 def test_host_ports_are_loopback_only_and_distinct(services: dict[str, dict[str, Any]]) -> None:
     seen: dict[int, str] = {}
     for name, service in services.items():

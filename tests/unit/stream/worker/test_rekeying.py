@@ -33,3 +33,28 @@ def test_the_checkpoint_carries_the_copies_and_the_generation() -> None:
     )
     restored = decode(encode(checkpoint))
     assert (restored.copies, restored.generation, restored.offsets) == ({0: 41}, 5, {"jobs_by_node": 7})
+
+
+def test_the_repeats_skipped_ride_in_the_checkpoint_and_add_up_across_owners() -> None:
+    """The newest checkpoint counts each repeat of the partition's history once: a successor
+    restored from it continues the count (what the failover test compares with the extra copies)."""
+    from stream.settings import Settings
+    from stream.worker.partition import PartitionWorker
+
+    def start(checkpoint: PartitionCheckpoint | None) -> PartitionWorker:
+        return PartitionWorker.start(
+            1, Settings(topic_partitions=2), ["ecc", "job", "xid"], checkpoint, lambda _: None,
+            None, None,  # type: ignore[arg-type]  # neither is used here
+        )  # fmt: skip
+
+    first = start(None)
+    assert [first.copies.repeat(copy_headers(0, o)) for o in (3, 4, 4)] == [False, False, True]
+    successor = start(decode(encode(first.checkpoint())))
+    assert successor.copies.repeats == 1
+    assert [successor.copies.repeat(copy_headers(0, o)) for o in (3, 4, 5)] == [True, True, False]
+    assert decode(encode(successor.checkpoint())).repeats == 3
+
+    # A checkpoint pickled before repeats were counted has no such slot: it restores as 0.
+    older = first.checkpoint()
+    del older.repeats
+    assert start(decode(encode(older))).copies.repeats == 0
