@@ -5,7 +5,7 @@ A simulated cluster with a lemon node, an XID storm and a user whose jobs crash 
 partitions worked by two workers and to 8 partitions worked by one, must give the incidents, job
 attributions and MTTF rows of the embedded replay of the same files: the lemon verdicts, the storm
 baseline and the attribution of jobs spanning partitions are the fleet stage's, which sees the
-whole fleet whatever the partitioning. The cluster (seed 30) is picked so that its lemon and its
+whole fleet whatever the partitioning. The cluster (seed 30, its planted storms faulty GPUs': a job's own storm goes to its owner) is picked so that its lemon and its
 storm sit outside partition 0, the fleet stage's, with 4 partitions and with 8: each partition
 judging its own nodes against a fraction of the fleet would decide them otherwise. (Workers
 joining, killed and leaving mid-stream: ``test_scale_out.py``.)
@@ -33,7 +33,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, l
     folder = tmp_path_factory.mktemp("fleet")
     sim = folder / "sim"
     cli({}, "simulate", "--nodes", "60", "--days", "20", "--seed", "30", "--ecc-interval-minutes", "720",
-        "--crash-loop-users", "1", "--out", str(sim))  # fmt: skip
+        "--crash-loop-users", "1", "--xid-storm-gpu-fraction", "1.0", "--out", str(sim))  # fmt: skip
     store = folder / "embedded"
     cli({}, "replay", str(sim / "kernel.log"), str(sim / "sacct.txt"), str(sim / "dcgm.prom"),
         "--clickhouse", f"chdb://{store}", "--no-progress")  # fmt: skip
