@@ -58,9 +58,9 @@ _log = logging.getLogger("faultstream.worker")
 
 #: Sink and dead-letter batch of what is found while re-keying jobs (input partitions are >= 0).
 _REKEY_BATCH = -1
-#: End offsets and the group's jobs progress are asked for at most this often (two requests).
-#: Input progress (end offsets, the jobs re-keyed) is asked this often: a live record behind an
-#: idle source waits for the next answer (0.5 s made that a third of the event-to-incident latency).
+#: Input progress (end offsets, the group's jobs progress: two requests) is asked at most this often:
+#: a live record behind an idle source waits for the next answer (0.5 s made that a third of the
+#: event-to-incident latency).
 _REFRESH_SECONDS = 0.1
 #: A partition this close to its end is live: incident updates go out without waiting for the
 #: commit point (a third of a second of a producer at 5,000 records/s). Counted in records (the
