@@ -64,6 +64,9 @@ def test_kill_9_mid_stream_then_restart_loses_nothing_and_duplicates_little(
 ) -> None:
     expected, before = embedded
     env = deployment(bootstrap, tmp_path, 1, "k", per_message=1)
+    # Commit points a quarter of a second apart: the kill is keyed to committed progress, and at
+    # the default interval (2 s) the worker reached its first commit point at the end of the input.
+    env["FAULTSTREAM_WORKER_FLUSH_SECONDS"] = "0.25"
     ecc = env["FAULTSTREAM_TOPIC_ECC"]
     first = Worker(env, tmp_path / "store-1", tmp_path / "worker-1.log")
     deadline = time.monotonic() + 180
