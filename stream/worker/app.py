@@ -239,6 +239,10 @@ def build_app(settings: Settings, security: KafkaSecurity | None = None) -> faus
     async def forget_revoked(_app: Any, revoked: set[Any], **_: Any) -> None:
         runtime.forget(revoked)
 
+    @app.on_partitions_assigned.connect
+    async def note_assigned(_app: Any, assigned: set[Any], **_: Any) -> None:
+        runtime.assigned = True
+
     @app.task
     async def serve_metrics() -> None:
         # Faust runs at -l warn (its INFO is chatty); the worker's own progress is worth INFO, on a

@@ -82,6 +82,8 @@ class CommitPoint:
         self.fleet_topic = fleet_topic
         #: Monotonic time of the last failed flush: the agent waits then, so nothing is delivered.
         self.last_flush_failure = 0.0
+        #: The fleet topic's offset after the last message this worker sent to it.
+        self.fleet_sent_end = 0
         #: Seconds the last successful flush took (its attempt alone, not the retries before it).
         self.last_flush_seconds = 0.0
 
@@ -145,11 +147,18 @@ class CommitPoint:
         messages = encode_fleet_messages(
             state.partition, state.fleet_horizon_ms, state.fleet_facts, state.fleet_jobs, idle=idle
         )
-        deliveries = [await self.fleet_topic.send(value=value, partition=0) for value in messages]
-        await asyncio.gather(*deliveries)
+        await self.send_fleet(messages)
         state.fleet_facts, state.fleet_jobs = [], []
         state.handed_horizon_ms = state.fleet_horizon_ms
         state.announced_idle = idle
+
+    async def send_fleet(self, messages: list[bytes]) -> None:
+        """Send messages to the fleet topic's one partition and wait for the acks; the gauge
+        ``faultstream_fleet_sent_offset`` then says how far the stage must read to have them."""
+        deliveries = [await self.fleet_topic.send(value=value, partition=0) for value in messages]
+        for metadata in await asyncio.gather(*deliveries):
+            self.fleet_sent_end = max(self.fleet_sent_end, metadata.offset + 1)
+        self.metrics.fleet_sent_offset.set(self.fleet_sent_end)
 
     async def commit(
         self, state: PartitionWorker, still_ours: Callable[[], bool], idle: bool = False

@@ -39,6 +39,9 @@ MetricName = Literal[
     "faultstream_commits",
     "faultstream_fleet_behind",
     "faultstream_fleet_idle_pending",
+    "faultstream_fleet_sent_offset",
+    "faultstream_fleet_read_offset",
+    "faultstream_assignment_settled",
 ]
 
 
@@ -133,6 +136,23 @@ METRICS: dict[MetricName, MetricDef] = {
         "gauge",
         "Input partitions with nothing to read that have not told the fleet stage so yet (they do "
         "after FAULTSTREAM_WORKER_FLEET_IDLE_SECONDS).",
+    ),
+    "faultstream_fleet_sent_offset": MetricDef(
+        "gauge",
+        "The fleet topic's offset after the last message this worker sent to it, acknowledged "
+        "(0 before it sent any). The fleet stage has applied everything sent once the stage "
+        "owner's faultstream_fleet_read_offset reaches every worker's value.",
+    ),
+    "faultstream_fleet_read_offset": MetricDef(
+        "gauge",
+        "The next offset of the fleet topic the fleet stage reads (on the worker that owns input "
+        "partition 0; -1 elsewhere).",
+    ),
+    "faultstream_assignment_settled": MetricDef(
+        "gauge",
+        "1 once the worker holds its share of the group's partitions and a timer round has gone "
+        "through it (the other gauges then describe every partition it owns; a member that is "
+        "starting or rebalancing reads 0, and so do its other gauges, whatever it will find).",
     ),
 }
 

@@ -50,6 +50,10 @@ class WorkerMetrics:
         self.held_back = self._gauge("faultstream_merge_held_records")
         self.fleet_behind = self._gauge("faultstream_fleet_behind")
         self.fleet_idle_pending = self._gauge("faultstream_fleet_idle_pending")
+        self.fleet_sent_offset = self._gauge("faultstream_fleet_sent_offset")
+        self.fleet_read_offset = self._gauge("faultstream_fleet_read_offset")
+        self.fleet_read_offset.set(-1)
+        self.assignment_settled = self._gauge("faultstream_assignment_settled")
         self.commits = self._counter("faultstream_commits")
 
     def _counter(self, name: MetricName) -> Counter:

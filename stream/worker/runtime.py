@@ -147,6 +147,8 @@ class WorkerRuntime:
         self._new_baselines: dict[int, float] = {}
         self._fleet_reader = PartitionReader(client_options(settings), settings.topic_fleet)
         self._idle_announced: set[int] = set()  # assigned partitions without state, said idle
+        #: Whether the group has assigned this worker its partitions since its last revocation.
+        self.assigned = False
         self._probed: set[int] = set()  # assigned partitions without state whose checkpoint was read
         self._empty_since: dict[int, float] = {}  # those, since when they have had nothing to read
         self._last_refresh = 0.0
@@ -543,8 +545,7 @@ class WorkerRuntime:
             if now - since < self.settings.worker_fleet_idle_seconds:
                 pending += 1
                 continue
-            for value in encode_fleet_messages(number, None, [], [], idle=True):
-                await (await self.topics.fleet.send(value=value, partition=0))
+            await self.commit_point.send_fleet(encode_fleet_messages(number, None, [], [], idle=True))
             self._idle_announced.add(number)
         self.metrics.fleet_idle_pending.set(pending)
 
@@ -699,6 +700,8 @@ class WorkerRuntime:
         fleet_end = self._ends.get(TP(self.settings.topic_fleet, 0))
         behind = 0 if fleet_state is None or fleet_end is None else fleet_end - fleet_state.fleet_offset
         self.metrics.fleet_behind.set(max(behind, 0))
+        self.metrics.fleet_read_offset.set(-1 if fleet_state is None else fleet_state.fleet_offset)
+        self.metrics.assignment_settled.set(int(self._assignment_settled()))
         for number, state in self.partitions.items():
             self.metrics.uncommitted.labels(str(number)).set(state.uncommitted + int(state.changed))
             self.metrics.held_back.labels(str(number)).set(len(state.merger))
@@ -706,6 +709,16 @@ class WorkerRuntime:
                 lag = self._lag(state, topic)
                 if lag is not None:
                     self.metrics.consumer_lag.labels(topic, str(number)).set(lag)
+
+    def _assignment_settled(self) -> bool:
+        """Whether the worker holds the group's assignment and this round went through all of it:
+        each assigned partition has its state, or its checkpoint was read and holds nothing.
+        Before that the gauges miss partitions (a member restarted with its static id reads zero
+        everywhere until its first round restores the checkpoints it took back)."""
+        if not self.assigned or self.app.rebalancing:
+            return False
+        numbers = {tp.partition for tp in self.app.consumer.assignment() if tp.topic in self.topics.kinds}
+        return numbers <= set(self.partitions) | self._probed
 
     async def _fetch_stall_ends(self) -> None:
         """Every ``STALL_SECONDS``, the end offsets of the input partitions for
@@ -770,6 +783,7 @@ class WorkerRuntime:
         """Drop the state of revoked partitions: Faust seeks every partition it is (re)assigned to
         its committed offset, so progress past the checkpoint is redone by whoever gets it."""
         self.positions.forget(revoked)
+        self.assigned = False  # until the group's next assignment (a revocation starts a rebalance)
         for tp in revoked:
             self._probed.discard(tp.partition)
             if tp.topic == self.topics.jobs:

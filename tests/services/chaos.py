@@ -244,14 +244,19 @@ PENDING = ("faultstream_merge_held_records", "faultstream_uncommitted", "faultst
 
 def _finished(done: dict[str, tuple[int, int]] | None, slots: list[ChaosWorker]) -> bool:
     """wait_until_caught_up's test: every input partition committed to its end, nothing held."""
+    from tests.services.worker import fleet_stage_read_all
+
     if done is None or not all(c >= e for c, e in done.values()) or not any(e for _, e in done.values()):
         return False
     for slot in slots:
+        if slot.metric("faultstream_assignment_settled") != 1:
+            return False  # starting or rebalancing: its other gauges do not cover its partitions
         for name in PENDING:
             value = slot.metric(name)
             if value is None or value:
                 return False
-    return True
+    sent = [slot.metric("faultstream_fleet_sent_offset") for slot in slots]
+    return fleet_stage_read_all(sent, [slot.metric("faultstream_fleet_read_offset") for slot in slots])
 
 
 def run_chaos(

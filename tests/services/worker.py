@@ -162,12 +162,24 @@ def progress(env: dict[str, str]) -> dict[str, tuple[int, int]]:
     )
 
 
+def fleet_stage_read_all(sent: list[float | None], read: list[float | None]) -> bool:
+    """Whether the fleet stage has read every message the workers sent it, by their gauges: the
+    fleet topic's offset after each one's last acknowledged message, and the stage owner's next
+    offset to read (-1 on the others). ``faultstream_fleet_behind`` alone is not enough: it
+    compares with the end offset as last asked, and a hand-over sent since then (another
+    worker's, or the owner's own last one) is not in it."""
+    if any(value is None for value in (*sent, *read)):
+        return False
+    return max(read, default=-1) >= max(sent, default=0)  # type: ignore[type-var]
+
+
 def wait_until_caught_up(
     env: dict[str, str], workers: list[Worker], timeout: float = 240, *, topics: list[str] | None = None
 ) -> None:
     """Until the group has committed every input partition to its end (jobs-by-node included) and
     no worker holds records back or has work short of a commit point (the merge releases the
-    newest records once the sources are idle, and they are committed after that)."""
+    newest records once the sources are idle, and they are committed after that), each worker's
+    gauges covering all it owns, and the fleet stage has read everything sent to it."""
     deadline = time.monotonic() + timeout
     while True:
         done = progress(env)
@@ -183,7 +195,12 @@ def wait_until_caught_up(
                     "faultstream_fleet_idle_pending",
                 )
             ]
-            if not any(pending):
+            sent = [worker.metric("faultstream_fleet_sent_offset", before_start=0) for worker in workers]
+            read = [worker.metric("faultstream_fleet_read_offset", before_start=-1) for worker in workers]
+            settled = all(
+                worker.metric("faultstream_assignment_settled", before_start=0) for worker in workers
+            )
+            if settled and not any(pending) and fleet_stage_read_all(sent, read):
                 return
         for worker in workers:
             worker.supervise()
