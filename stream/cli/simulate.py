@@ -45,7 +45,9 @@ def add_simulate_parser(commands: Commands) -> None:
     simulate.add_argument(
         "--start", type=parse_time_argument, help="first instant (ISO, default 2024-01-01T00:00:00Z)"
     )
-    simulate.add_argument("--ecc-interval-minutes", type=int, help="DCGM scrape period (default 360)")
+    simulate.add_argument(
+        "--ecc-interval-minutes", type=float, help="DCGM scrape period (default 360; 0.5 is 30 s)"
+    )
     simulate.add_argument(
         "--dcgm-changed-only",
         action="store_true",

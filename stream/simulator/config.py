@@ -71,7 +71,7 @@ class SimulationConfig:
     seed: int = 0
     cluster: str = "sim"
     start_ms: int = DEFAULT_START_MS
-    ecc_interval_minutes: int = 360  # DCGM scrape period written to dcgm.prom
+    ecc_interval_minutes: float = 360.0  # DCGM scrape period written to dcgm.prom (0.5: 30 s)
     hardware_failure_rate: float = 6.5  # critical faults per 1000 node-days of wall time, cluster-wide
     target_load: float = 0.85  # offered load: requested node-hours / node-hours of the span
     user_failed_fraction: float = 0.12  # jobs ending FAILED for user reasons (bugs, NCCL errors)
@@ -130,7 +130,7 @@ class SimulationConfig:
             (self.nodes >= 1, "nodes must be >= 1"),
             (1 <= self.gpus_per_node <= 64, "gpus_per_node must be within 1..64"),
             (self.days > 0, "days must be > 0"),
-            (self.ecc_interval_minutes >= 1, "ecc_interval_minutes must be >= 1"),
+            (self.ecc_interval_ms >= 1000, "ecc_interval_minutes must be at least 1/60 (a second)"),
             (self.hardware_failure_rate >= 0, "hardware_failure_rate must be >= 0"),
             (0 < self.target_load <= 2, "target_load must be within (0, 2]"),
             (self.timelimit_hours > 0, "timelimit_hours must be > 0"),
@@ -216,7 +216,7 @@ class SimulationConfig:
     @property
     def ecc_interval_ms(self) -> int:
         """DCGM scrape period in milliseconds."""
-        return self.ecc_interval_minutes * MINUTE_MS
+        return round(self.ecc_interval_minutes * MINUTE_MS)
 
     @property
     def scrape_count(self) -> int:

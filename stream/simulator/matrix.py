@@ -72,7 +72,7 @@ class MatrixCell:
     family: str
     nodes: int
     days: float
-    scrape_minutes: int
+    scrape_minutes: float
     overrides: Mapping[str, Any] = field(default_factory=dict)
     lemon_faults: float = 0.0
 
@@ -91,9 +91,9 @@ class MatrixCell:
         return self.nodes * self.days > 20_000
 
 
-def _ecc(shape: str, scrape: int, nodes: int, days: float, **extra: Any) -> MatrixCell:
-    label = {1: "1m", 15: "15m", 360: "6h"}.get(scrape, f"{scrape}m")
-    if scrape == 0:
+def _ecc(shape: str, scrape: float, nodes: int, days: float, **extra: Any) -> MatrixCell:
+    label = {0.5: "30s", 1: "1m", 15: "15m", 360: "6h"}.get(scrape, f"{scrape:g}m")
+    if scrape <= 0:
         raise ValueError("scrape interval must be > 0")
     # About eight degradations per cell whatever the fleet: a share of its GPUs per 30 days.
     gpus = nodes * 8
@@ -155,15 +155,15 @@ def _aware(tag: str, nodes: int, days: float, **overrides: Any) -> MatrixCell:
     return MatrixCell(f"aware-{tag}-{nodes}n-{days:g}d", "job_aware", nodes, days, 360, overrides)
 
 
-#: Every cell. Scrape intervals: 1 minute stands for the fastest DCGM scrapes (30 s scrapes of
-#: every GPU for days make files of gigabytes; the detector is scored per hour, not per sample),
-#: 15 minutes and 6 hours.
+#: Every cell. Scrape intervals: 30 seconds (dcgm-exporter's default collection interval; the
+#: cells write only the series that changed, so days of 30 s scrapes stay small), 15 minutes and
+#: 6 hours.
 CELLS: Final[tuple[MatrixCell, ...]] = (
     # ECC degradations: every shape at 15-minute scrapes, the quadratic rise at all three
     # intervals, and fleets and histories from 16 nodes x 7 days to 1,000 nodes x 30 days.
     *(_ecc(shape, 15, 64, 14) for shape in ("step", "linear", "exponential", "quadratic", "bursty")),
     _ecc("slow_boil", 15, 64, 21, ecc_degradation_min_days=3.0, ecc_degradation_max_days=10.0),
-    _ecc("quadratic", 1, 16, 7, ecc_degradation_min_days=3.5, ecc_degradation_max_days=3.5),
+    _ecc("quadratic", 0.5, 16, 7, ecc_degradation_min_days=3.5, ecc_degradation_max_days=3.5),
     _ecc("quadratic", 15, 32, 7, ecc_degradation_min_days=3.5, ecc_degradation_max_days=3.5),
     _ecc("quadratic", 360, 64, 14),
     _ecc("mixed", 360, 1000, 30),

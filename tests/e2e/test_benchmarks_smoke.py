@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.load_tolerant]
 
 ROOT = Path(__file__).resolve().parents[2]
 NUMBER = re.compile(r"^-?[\d,]+(?:\.\d+)?$")

@@ -14,7 +14,7 @@ import pytest
 
 from tests.services.fuzz import hostile_messages, run_fuzz
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.load_tolerant]
 
 
 def test_the_hostile_set_covers_every_kind_and_no_message_is_valid() -> None:

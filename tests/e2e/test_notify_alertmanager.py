@@ -26,7 +26,7 @@ from tests.services import kafka
 from tests.services.prometheus import Service, get_json, start_alertmanager
 from tests.services.worker import cli
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.load_tolerant]
 
 ROOT = Path(__file__).resolve().parents[2]
 RESEND_S = 2  # open alerts end 4 x this after a post: 8 s without a re-send

@@ -23,7 +23,7 @@ from tests.services import kafka
 from tests.services.prometheus import Service, get_json, start_prometheus
 from tests.services.worker import Worker, cli
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.load_tolerant]
 
 RULES = Path(__file__).resolve().parents[2] / "docker" / "prometheus" / "alerts.yml"
 
