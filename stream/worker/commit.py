@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
@@ -152,7 +152,7 @@ class CommitPoint:
         state.handed_horizon_ms = state.fleet_horizon_ms
         state.announced_idle = idle
 
-    async def send_fleet(self, messages: list[bytes]) -> None:
+    async def send_fleet(self, messages: Iterable[bytes]) -> None:
         """Send messages to the fleet topic's one partition and wait for the acks; the gauge
         ``faultstream_fleet_sent_offset`` then says how far the stage must read to have them."""
         deliveries = [await self.fleet_topic.send(value=value, partition=0) for value in messages]

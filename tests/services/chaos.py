@@ -181,21 +181,23 @@ class ChaosWorker:
                 self.process.kill()
                 self.process.wait()
 
-    def metric(self, name: str) -> float | None:
-        """Sum of a metric's samples, or None while the endpoint does not answer."""
+    def metrics_page(self) -> str | None:
+        """The worker's /metrics page, or None while the endpoint does not answer."""
         import urllib.request
 
         try:
             url = f"http://127.0.0.1:{self.metrics_port}/metrics"
             with urllib.request.urlopen(url, timeout=5) as response:
-                text = response.read().decode()
+                return response.read().decode()
         except OSError:
             return None
-        return sum(
-            float(line.rsplit(" ", 1)[1])
-            for line in text.splitlines()
-            if line.startswith(name) and line[len(name)] in " {"
-        )
+
+    def metric(self, name: str) -> float | None:
+        """Sum of a metric's samples, or None while the endpoint does not answer."""
+        from tests.services.worker import metric_sum
+
+        page = self.metrics_page()
+        return None if page is None else metric_sum(page, name)
 
     def last_words(self) -> str:
         lines = [line for line in self.log_path.read_text(errors="replace").splitlines() if line.strip()]
@@ -238,25 +240,14 @@ def _fraction(done: dict[str, tuple[int, int]], env: dict[str, str]) -> float:
     return committed / end if end else 0.0
 
 
-PENDING = ("faultstream_merge_held_records", "faultstream_uncommitted", "faultstream_fleet_behind",
-           "faultstream_fleet_idle_pending")  # fmt: skip
-
-
 def _finished(done: dict[str, tuple[int, int]] | None, slots: list[ChaosWorker]) -> bool:
-    """wait_until_caught_up's test: every input partition committed to its end, nothing held."""
-    from tests.services.worker import fleet_stage_read_all
+    """wait_until_caught_up's test: every input partition committed to its end, and the workers'
+    gauges say all is done (:func:`tests.services.worker.caught_up_on_gauges`)."""
+    from tests.services.worker import caught_up_on_gauges
 
     if done is None or not all(c >= e for c, e in done.values()) or not any(e for _, e in done.values()):
         return False
-    for slot in slots:
-        if slot.metric("faultstream_assignment_settled") != 1:
-            return False  # starting or rebalancing: its other gauges do not cover its partitions
-        for name in PENDING:
-            value = slot.metric(name)
-            if value is None or value:
-                return False
-    sent = [slot.metric("faultstream_fleet_sent_offset") for slot in slots]
-    return fleet_stage_read_all(sent, [slot.metric("faultstream_fleet_read_offset") for slot in slots])
+    return caught_up_on_gauges([slot.metrics_page() for slot in slots])
 
 
 def run_chaos(

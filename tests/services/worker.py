@@ -91,22 +91,26 @@ class Worker:
             return f"(metrics unavailable: {exc})"
         return "\n".join(line for line in lines if line.startswith("faultstream_") and "_created" not in line)
 
-    def metric(self, name: str, *, before_start: float | None = None) -> float:
-        """Sum of a metric's samples on the worker's /metrics endpoint; ``before_start`` while the
-        endpoint is not up yet (otherwise that is an error)."""
+    def metrics_page(self) -> str | None:
+        """The worker's /metrics page; None while the endpoint is not up yet."""
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         try:
             with urllib.request.urlopen(url, timeout=5) as response:
-                text = response.read().decode()
+                return response.read().decode()
         except urllib.error.URLError:
+            return None
+
+    def metric(self, name: str, *, before_start: float | None = None) -> float:
+        """Sum of a metric's samples on the worker's /metrics endpoint; ``before_start`` while the
+        endpoint is not up yet (otherwise that is an error)."""
+        page = self.metrics_page()
+        if page is None:
             if before_start is None:
-                raise
+                raise urllib.error.URLError(
+                    f"127.0.0.1:{self.metrics_port}: the worker's metrics endpoint does not answer"
+                )
             return before_start
-        return sum(
-            float(line.rsplit(" ", 1)[1])
-            for line in text.splitlines()
-            if line.startswith(name) and (line[len(name)] in " {")
-        )
+        return metric_sum(page, name)
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL if it does not end within a minute."""
@@ -162,15 +166,41 @@ def progress(env: dict[str, str]) -> dict[str, tuple[int, int]]:
     )
 
 
-def fleet_stage_read_all(sent: list[float | None], read: list[float | None]) -> bool:
-    """Whether the fleet stage has read every message the workers sent it, by their gauges: the
-    fleet topic's offset after each one's last acknowledged message, and the stage owner's next
-    offset to read (-1 on the others). ``faultstream_fleet_behind`` alone is not enough: it
-    compares with the end offset as last asked, and a hand-over sent since then (another
-    worker's, or the owner's own last one) is not in it."""
-    if any(value is None for value in (*sent, *read)):
+def metric_sum(page: str, name: str) -> float:
+    """Sum of a metric's samples on a /metrics page (0.0 if it has none)."""
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in page.splitlines()
+        if line.startswith(name) and (line[len(name)] in " {")
+    )
+
+
+#: Gauges that are 0 on every worker of a group that has done all its work.
+PENDING_GAUGES = (
+    "faultstream_merge_held_records",
+    "faultstream_uncommitted",
+    "faultstream_fleet_behind",
+    "faultstream_fleet_idle_pending",
+)
+
+
+def caught_up_on_gauges(pages: list[str | None]) -> bool:
+    """Whether the workers' /metrics pages (None: a worker whose endpoint does not answer) say
+    the group has done all it was given: each worker's assignment settled (its gauges cover all
+    it owns), nothing held or short of a commit point, and the fleet stage has read every message
+    the workers sent it — the stage owner's next offset to read (-1 on the others) against the
+    fleet topic's offset after each one's last acknowledged message. (``faultstream_fleet_behind``
+    alone is not enough: it compares with the end offset as last asked, and a hand-over sent
+    since then, another worker's or the owner's own last one, is not in it.)"""
+    if any(page is None for page in pages):
         return False
-    return max(read, default=-1) >= max(sent, default=0)  # type: ignore[type-var]
+    ready = [page for page in pages if page is not None]
+    if any(metric_sum(page, "faultstream_assignment_settled") != 1 for page in ready):
+        return False
+    if any(metric_sum(page, name) for page in ready for name in PENDING_GAUGES):
+        return False
+    read = max((metric_sum(page, "faultstream_fleet_read_offset") for page in ready), default=-1)
+    return read >= max((metric_sum(page, "faultstream_fleet_sent_offset") for page in ready), default=0)
 
 
 def wait_until_caught_up(
@@ -184,24 +214,9 @@ def wait_until_caught_up(
     while True:
         done = progress(env)
         fed = done[input_topics(env)[3]][1] if topics is None else 1  # jobs re-keyed, unless only `topics`
-        if all(done[topic][0] >= done[topic][1] for topic in topics or done) and fed:
-            pending = [
-                worker.metric(name, before_start=1)
-                for worker in workers
-                for name in (
-                    "faultstream_merge_held_records",
-                    "faultstream_uncommitted",
-                    "faultstream_fleet_behind",
-                    "faultstream_fleet_idle_pending",
-                )
-            ]
-            sent = [worker.metric("faultstream_fleet_sent_offset", before_start=0) for worker in workers]
-            read = [worker.metric("faultstream_fleet_read_offset", before_start=-1) for worker in workers]
-            settled = all(
-                worker.metric("faultstream_assignment_settled", before_start=0) for worker in workers
-            )
-            if settled and not any(pending) and fleet_stage_read_all(sent, read):
-                return
+        committed = all(done[topic][0] >= done[topic][1] for topic in topics or done) and fed
+        if committed and caught_up_on_gauges([worker.metrics_page() for worker in workers]):
+            return
         for worker in workers:
             worker.supervise()
         if time.monotonic() > deadline:
