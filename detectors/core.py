@@ -20,7 +20,19 @@ from typing import Any, cast
 from detectors.attribution import HardwareEvent
 from detectors.ecc import EccRow, EccTracker
 from detectors.exposure import ExposureTracker
-from detectors.fleet import APP_XID, PEAK, RUN, SEEN, SIGNAL, FleetConfig, FleetCore, FleetFact, JobPart
+from detectors.fleet import (
+    APP_XID,
+    ECC_FLAGGED,
+    ECC_SBE,
+    PEAK,
+    RUN,
+    SEEN,
+    SIGNAL,
+    FleetConfig,
+    FleetCore,
+    FleetFact,
+    JobPart,
+)
 from detectors.incidents import EvidenceItem, Finding, IncidentTracker
 from detectors.jobs import Decided, JobRun, JobTracker
 from detectors.lemon import LemonConfig
@@ -84,6 +96,10 @@ class CoreConfig:
     storm_baseline_min_gpus
         The fleet's usual burst is never above what at least this many distinct GPUs reached
         (:mod:`detectors.fleet`).
+    ecc_reference_period_ms, ecc_reference_window_ms, ecc_reference_rank
+        The fleet's usual correctable rate, which a GPU without a trusted past of its own is
+        compared with (:mod:`detectors.fleet`): decided every period, over the window, the rate of
+        the GPU of this rank.
     """
 
     windows_s: tuple[int, ...] = (3600, 86400)
@@ -115,6 +131,9 @@ class CoreConfig:
     storm_owner_window_hours: float = 168.0
     spread_min_bursts: int = 2
     storm_baseline_min_gpus: int = 10
+    ecc_reference_period_ms: int = HOUR_MS
+    ecc_reference_window_ms: int = 7 * DAY_MS
+    ecc_reference_rank: int = 3
 
     def __post_init__(self) -> None:
         if self.storm_owner_window_hours < 0:
@@ -124,6 +143,18 @@ class CoreConfig:
                 "the storm baseline period must be longer than the allowed lateness plus the "
                 "attribution window after a job's end"
             )
+        if self.ecc_reference_period_ms <= 0:
+            raise ValueError("the ECC reference period must be positive")
+        if self.ecc_reference_rank < 1:
+            raise ValueError("the ECC reference rank must be at least 1")
+
+    @property
+    def ecc_period_ms(self) -> int:
+        """The ECC reference period in use: ``ecc_reference_period_ms``, or the smallest multiple
+        of it longer than the allowed lateness plus the attribution window after a job's end (a
+        period's reference is decided once every core's horizon passed the period before)."""
+        period = self.ecc_reference_period_ms
+        return period * ((self.allowed_lateness_ms + self.attribution_after_ms) // period + 1)
 
     def fleet_config(self) -> FleetConfig:
         """The fleet stage's share of this configuration."""
@@ -138,6 +169,9 @@ class CoreConfig:
                 IncidentKind.LEMON_NODE, self.quiet_period_ms
             ),
             baseline_min_gpus=self.storm_baseline_min_gpus,
+            ecc_reference_period_ms=self.ecc_period_ms,
+            ecc_reference_window_ms=self.ecc_reference_window_ms,
+            ecc_reference_rank=self.ecc_reference_rank,
         )
 
 
@@ -157,8 +191,9 @@ class Emitted:
 
 
 class FleetBaselineMissing(RuntimeError):
-    """A core without a local fleet stage was given a record of a period whose storm baseline it
-    has not learnt (:meth:`DetectionCore.learn_baselines`); the caller holds such records."""
+    """A core without a local fleet stage was given a record of a period whose storm baseline (or
+    ECC reference) it has not learnt (:meth:`DetectionCore.learn_baselines`); the caller holds
+    such records."""
 
 
 _NO_DEADLINE = 2**63
@@ -221,6 +256,7 @@ class DetectionCore:
         #: in :attr:`Emitted.facts` to a stage elsewhere and brings back its baselines.
         self.fleet = FleetCore(config.fleet_config()) if local_fleet else None
         self._baselines: dict[int, float] = {}
+        self._ecc_references: dict[int, float] = {}
         self._seen: set[str] = set()
         self._xid_day: dict[str, int] = {}
         self.max_event_ms: int | None = None
@@ -276,6 +312,7 @@ class DetectionCore:
         state.setdefault("_xid_overrides", {})
         state.setdefault("_job_storms", {})
         state.setdefault("_storm_owners", {})
+        state.setdefault("_ecc_references", {})
         state["config"] = _complete_config(state["config"])
         self.__dict__.update(state)
 
@@ -333,13 +370,21 @@ class DetectionCore:
 
     def ready_for(self, record: XidEvent | EccSample | JobEvent) -> bool:
         """Whether ``record`` can be processed now. With a fleet stage elsewhere, an XID that could
-        make a storm waits for the storm baseline of its period; everything else goes at once (a
+        make a storm waits for the storm baseline of its period, an ECC sample of a GPU without a
+        trusted past for the fleet's ECC reference of its period; everything else goes at once (a
         late record is refused anyway)."""
-        if self.fleet is not None or self.baseline_needed_ms(record.ts_ms) in self._baselines:
+        if self.fleet is not None:
+            return True
+        if isinstance(record, EccSample):
+            if self.ecc_reference_needed_ms(record.ts_ms) in self._ecc_references:
+                return True
+        elif self.baseline_needed_ms(record.ts_ms) in self._baselines:
             return True
         watermark = self.watermark_ms
         if watermark is not None and record.ts_ms < watermark:
             return True
+        if isinstance(record, EccSample):
+            return not self._ecc.needs_fleet(record)
         return not self._may_storm(record)
 
     def _may_storm(self, record: XidEvent | EccSample | JobEvent) -> bool:
@@ -357,9 +402,23 @@ class DetectionCore:
         scorer = cast(XidStormScorer, model.anomaly_detector)
         return scorer.window_count(record.ts_ms / HOUR_MS) + 1 >= scorer.min_events
 
-    def learn_baselines(self, baselines: dict[int, float]) -> None:
-        """Storm baselines from a fleet stage elsewhere: period start (ms) -> usual burst."""
+    def learn_baselines(
+        self, baselines: dict[int, float], ecc_references: dict[int, float] | None = None
+    ) -> None:
+        """Storm baselines from a fleet stage elsewhere, period start (ms) -> usual burst, and its
+        ECC references, period start (ms) -> usual correctable errors per GPU-day."""
         self._baselines.update(baselines)
+        if ecc_references:
+            self._ecc_references.update(ecc_references)
+            # A core needs only the references of the last few periods (its restarts redo less).
+            if len(self._ecc_references) > 4 * 24 * 8:
+                newest = max(self._ecc_references)
+                keep = newest - 4 * DAY_MS
+                self._ecc_references = {k: v for k, v in self._ecc_references.items() if k >= keep}
+
+    def ecc_reference_needed_ms(self, ts_ms: int) -> int:
+        """The period start whose ECC reference an ECC sample at ``ts_ms`` may need."""
+        return ts_ms - ts_ms % self.config.ecc_period_ms
 
     def baseline_needed_ms(self, ts_ms: int) -> int:
         """The period start whose storm baseline a record at ``ts_ms`` may need."""
@@ -449,6 +508,18 @@ class DetectionCore:
         if node not in self._seen and self._mine(node):
             self._seen.add(node)
             self._fact(FleetFact(ts_ms, SEEN, node, cluster=cluster))
+
+    def _fleet_ecc_rate(self, ts_ms: int) -> float:
+        period_start = self.ecc_reference_needed_ms(ts_ms)
+        if self.fleet is not None:
+            usual = self.fleet.ecc_reference(period_start)
+        else:
+            usual = self._ecc_references.get(period_start)
+        if usual is None:
+            raise FleetBaselineMissing(
+                f"no fleet ECC reference for the period from {period_start} (a sample at {ts_ms})"
+            )
+        return usual
 
     def _storm_baseline(self, ts_ms: int) -> float:
         period_start = self.baseline_needed_ms(ts_ms)
@@ -778,7 +849,7 @@ class DetectionCore:
 
     def _process_ecc(self, sample: EccSample) -> None:
         self._see(sample.cluster, sample.node, sample.ts_ms)
-        observed = self._ecc.observe(sample, self._jobs.jobs_at)
+        observed = self._ecc.observe(sample, self._jobs.jobs_at, self._fleet_ecc_rate)
         for finding in observed.rules:
             versions = self._incidents.observe(finding)
             self._emitted.incidents.extend(versions)
@@ -789,6 +860,20 @@ class DetectionCore:
             self._emitted.incidents.extend(self._incidents.observe(observed.trend))
         if observed.row is not None:
             self._emitted.ecc_rows.append(observed.row)
+            deltas = observed.row.deltas
+            corrected = deltas.get("sbe_volatile", deltas.get("sbe_aggregate", 0))
+            if corrected > 0 and self._mine(sample.node):
+                self._fact(
+                    FleetFact(
+                        sample.ts_ms,
+                        ECC_SBE,
+                        sample.node,
+                        name=ECC_FLAGGED if observed.trend is not None else "",
+                        key=sample.gpu_key,
+                        value=corrected,
+                        cluster=sample.cluster,
+                    )
+                )
 
     # -- jobs ----------------------------------------------------------------------------------
 

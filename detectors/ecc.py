@@ -28,6 +28,15 @@ __all__ = ["EccObservation", "EccRow", "EccTracker", "JobsAt"]
 
 #: Who runs on a node: the sorted ids of its running jobs (:meth:`detectors.jobs.JobTracker.jobs_at`).
 JobsAt = Callable[[str], tuple[str, ...]]
+#: The fleet's usual correctable errors per GPU-day at an event time (negative: none), asked for
+#: only when a GPU has no trusted past of its own (:mod:`detectors.fleet`).
+FleetRate = Callable[[int], float]
+
+_SBE_COUNTERS = ("sbe_volatile", "sbe_aggregate")
+
+
+def _no_fleet(ts_ms: int) -> float:
+    return -1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,8 +116,11 @@ class EccTracker:
         )
         self._trends: dict[tuple[str, str, str], Threshold] = {}
 
-    def observe(self, sample: EccSample, jobs_at: JobsAt) -> EccObservation:
-        """Compare a sample with its GPU's previous one; ``jobs_at`` names the jobs on a node."""
+    def observe(
+        self, sample: EccSample, jobs_at: JobsAt, fleet_rate: FleetRate = _no_fleet
+    ) -> EccObservation:
+        """Compare a sample with its GPU's previous one; ``jobs_at`` names the jobs on a node,
+        ``fleet_rate`` the fleet's usual correctable rate (for a GPU without a trusted past)."""
         key = (sample.cluster, sample.node, sample.gpu_key)
         state = self._gpus.get(key)
         step = ecc_step(state.counters if state is not None else None, sample.counters)
@@ -116,7 +128,7 @@ class EccTracker:
         rules = _rule_findings(sample, step.findings, jobs_at) if step.findings else ()
         trend = None
         if state is not None:
-            trend = self._score_trend(key, sample, step.deltas, state, jobs_at)
+            trend = self._score_trend(key, sample, step.deltas, state, jobs_at, fleet_rate)
         store = (
             state is None
             or bool(step.deltas)
@@ -134,6 +146,25 @@ class EccTracker:
             return _NOTHING  # the common case: a sample that repeats the last one
         return EccObservation(rules, trend, EccRow(sample, step.deltas, step.reset) if store else None)
 
+    def needs_fleet(self, sample: EccSample) -> bool:
+        """Whether scoring ``sample`` asks for the fleet's usual rate: its GPU has no trusted past
+        of its own and either has a trend model or corrected errors since its previous sample
+        (the same answer before the sample is observed as while it is)."""
+        key = (sample.cluster, sample.node, sample.gpu_key)
+        state = self._gpus.get(key)
+        if state is None:
+            return False  # a GPU's first sample is not scored
+        model = self._trends.get(key)
+        watched = (sample.ts_ms - state.first_ms) / HOUR_MS
+        hours = max(sample.ts_ms - state.last_ms, 1) / HOUR_MS
+        if model is not None:
+            return cast(EccTrendScorer, model.anomaly_detector).reference_per_hour(watched, hours) is None
+        if not any(sample.counters.get(name, 0) != state.counters.get(name, 0) for name in _SBE_COUNTERS):
+            return False
+        # A new model: its own past is trusted when the GPU was clean through the warm-up.
+        scorer = cast(EccTrendScorer, self._trend_template.anomaly_detector)
+        return (state.last_ms - state.first_ms) / HOUR_MS < scorer.warmup_hours
+
     def _score_trend(
         self,
         key: tuple[str, str, str],
@@ -141,6 +172,7 @@ class EccTracker:
         deltas: Mapping[str, int],
         state: _GpuEcc,
         jobs_at: JobsAt,
+        fleet_rate: FleetRate,
     ) -> Finding | None:
         sbe = deltas.get("sbe_volatile", deltas.get("sbe_aggregate", 0))
         model = self._trends.get(key)
@@ -153,6 +185,9 @@ class EccTracker:
             "hours": max(sample.ts_ms - state.last_ms, 1) / HOUR_MS,
             "watched_hours": (sample.ts_ms - state.first_ms) / HOUR_MS,
         }
+        scorer = cast(EccTrendScorer, model.anomaly_detector)
+        if scorer.reference_per_hour(x["watched_hours"], x["hours"]) is None:
+            x["fleet_per_day"] = fleet_rate(sample.ts_ms)
         score = model.score_one(x)
         finding = None
         if model.is_anomaly(score):

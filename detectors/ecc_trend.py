@@ -21,9 +21,15 @@ Assumptions
   counter-reset handling (:func:`detectors.ecc_rules.ecc_step`); ``x["hours"]`` is the time
   between the two samples, so gaps in sampling are accounted for, not mistaken for bursts.
 * Warm-up: until the GPU has been watched for ``warmup_hours`` (``x["watched_hours"]``, time
-  since its first sample), samples are learned and scored 0: a GPU with a steady rate above the
-  floor must not look anomalous on its first samples. A GPU watched for long that starts to
-  correct errors is scored from its first error, against the floor.
+  since its first sample), its own rate is not scored: a GPU with a steady rate above the floor
+  must not look anomalous on its first samples. A GPU watched for long that starts to correct
+  errors is scored from its first error, against the floor.
+* The fleet: a GPU with no trusted past of its own (errors from its first samples: a new GPU, or
+  one already degrading when the history began, whose own past holds the rise) is compared with
+  the fleet's usual rate, ``x["fleet_per_day"]`` (the correctable errors per day of the GPU ranked
+  third by rate, :mod:`detectors.fleet`; absent or negative when the fleet has none): the errors
+  of the trend window against that rate, from its first samples on. A rate that peers show is
+  usual; one that none of them shows is not, however smoothly it rose.
 """
 
 from __future__ import annotations
@@ -64,6 +70,11 @@ class EccTrendScorer(AnomalyDetector):
         ... against the baseline as it was at least this long ago. A slow, smooth rise moves
         the baseline along with it, so that each sample looks like the last; the rate a day ago
         does not move, and a GPU correcting far more than it did then is degrading.
+    fleet_margin
+        A GPU without a trusted past is anomalous when it corrects far more than this many times
+        the fleet's usual rate (``x["fleet_per_day"]``): the third-highest GPU's rate is no
+        ceiling of what healthy GPUs show (in a fleet of thousands the highest is often half as
+        high again).
 
     Examples
     --------
@@ -90,6 +101,16 @@ class EccTrendScorer(AnomalyDetector):
     ...     model.learn_one(x)
     >>> first is not None and first < 24
     True
+
+    A GPU correcting 60 errors a day from its first sample has no past to compare with, but the
+    fleet (the third-highest GPU corrects 10 a day, and healthy ones reach half as much again)
+    says it is far above its peers:
+
+    >>> model = EccTrendScorer()
+    >>> model.learn_one({"sbe_delta": 15, "hours": 6.0, "watched_hours": 6.0})
+    >>> x = {"sbe_delta": 15, "hours": 6.0, "watched_hours": 12.0}
+    >>> model.score_one(x), round(model.score_one({**x, "fleet_per_day": 10.0}), 1)
+    (0.0, 9.3)
     """
 
     def __init__(
@@ -100,6 +121,7 @@ class EccTrendScorer(AnomalyDetector):
         warmup_hours: float = 24.0,
         trend_hours: float = 24.0,
         reference_lag_hours: float = 24.0,
+        fleet_margin: float = 1.5,
     ) -> None:
         self.window = window
         self.baseline_half_life_hours = baseline_half_life_hours
@@ -107,6 +129,7 @@ class EccTrendScorer(AnomalyDetector):
         self.warmup_hours = warmup_hours
         self.trend_hours = trend_hours
         self.reference_lag_hours = reference_lag_hours
+        self.fleet_margin = fleet_margin
         self._recent: deque[tuple[int, float]] = deque(maxlen=max(window - 1, 0))
         # The baseline starts at the floor, a prior worth one sample: a GPU clean until now that
         # corrects its first errors must not have them taken as its normal rate.
@@ -127,6 +150,7 @@ class EccTrendScorer(AnomalyDetector):
         state.setdefault("baseline_half_life_hours", 80.0)
         state.setdefault("trend_hours", 24.0)
         state.setdefault("reference_lag_hours", 24.0)
+        state.setdefault("fleet_margin", 1.5)
         state.setdefault("_errors", deque())
         state.setdefault("_history", deque())
         state.setdefault("_reference", None)
@@ -170,31 +194,42 @@ class EccTrendScorer(AnomalyDetector):
             self._reference = self._history.popleft()[1]
 
     def score_one(self, x: dict[FeatureName, Any]) -> float:
-        """The larger surprise of the spike test and the trend test (the state is not changed)."""
+        """The largest surprise of the spike test, the trend test and, for a GPU with no trusted
+        past, the fleet test (the state is not changed)."""
         watched = float(x.get("watched_hours", self.warmup_hours))
+        reference = self.reference_per_hour(watched, float(x["hours"]))
+        fleet = 0.0
+        if reference is None and float(x.get("fleet_per_day", -1.0)) >= 0.0:
+            usual = max(self.fleet_margin * float(x["fleet_per_day"]), self.floor_per_day) / 24.0
+            recent, span = self._trend_errors(x, watched)
+            fleet = poisson_surprise(recent, usual * span)
         if watched < self.warmup_hours:
-            return 0.0
+            return fleet
         errors = int(x["sbe_delta"]) + sum(delta for delta, _ in self._recent)
         hours = max(float(x["hours"]), 1e-3) + sum(h for _, h in self._recent)
         spike = poisson_surprise(errors, self.baseline_per_hour * hours)
-        reference = self.reference_per_hour(watched)
         if reference is None:
-            return spike
-        # The errors of the samples that ended within the trend window, over the time those
-        # samples cover: a sample after a gap of three days brings three days of errors.
+            return max(spike, fleet)
+        recent, span = self._trend_errors(x, watched)
+        return max(spike, poisson_surprise(recent, reference * span))
+
+    def _trend_errors(self, x: dict[FeatureName, Any], watched: float) -> tuple[int, float]:
+        """The errors of the samples that ended within the trend window, this one included, and
+        the hours those samples cover: a sample after a gap of three days brings three days of
+        errors."""
         start = watched - max(float(x["hours"]), 1e-3)
         recent = int(x["sbe_delta"])
         for begun, ended, binned in self._errors:
             if ended > watched - self.trend_hours:
                 recent += int(binned)
                 start = min(start, begun)
-        span = min(max(self.trend_hours, watched - start), watched)
-        return max(spike, poisson_surprise(recent, reference * span))
+        return recent, min(max(self.trend_hours, watched - start), watched)
 
-    def reference_per_hour(self, watched_hours: float) -> float | None:
+    def reference_per_hour(self, watched_hours: float, hours: float = 0.0) -> float | None:
         """The baseline as it was ``reference_lag_hours`` before ``watched_hours`` (never below the
         floor); None while there is none to trust (a GPU with errors from its first samples,
-        watched for less than the warm-up and the lag)."""
+        watched for less than the warm-up and the lag). ``hours``: the time since the previous
+        sample, which dates a model's first sample (not learnt yet)."""
         reference = self._reference
         for at, baseline in self._history:
             if at > watched_hours - self.reference_lag_hours:
@@ -202,6 +237,8 @@ class EccTrendScorer(AnomalyDetector):
             reference = baseline
         if reference is None:
             created = self._created_watched
+            if created is None and hours > 0:  # a new model: dated by its first sample
+                created = watched_hours - hours
             # A GPU clean through its warm-up that starts to correct errors: its rate then was
             # the floor's.
             if created is None or created < self.warmup_hours:

@@ -9,7 +9,9 @@ them on its own quarter:
 * **the storm baseline**: the fleet's usual XID burst, which a storm must exceed
   (:mod:`detectors.xid_burst`);
 * **one verdict per job**: a failed job whose nodes sit with several cores is attributed once,
-  with the hardware evidence of all its nodes (:mod:`detectors.jobs`).
+  with the hardware evidence of all its nodes (:mod:`detectors.jobs`);
+* **the fleet's usual correctable-error rate**: what a GPU without a trusted past of its own is
+  compared with (:mod:`detectors.ecc_trend`).
 
 Cores hand the stage :class:`FleetFact` records (a node seen, a lemon signal, a finished burst's
 peak), :class:`JobPart` records (a failed run with the evidence of the core's nodes) and their
@@ -23,6 +25,11 @@ instant only once every core's horizon has passed it:
   peaks that finished before period ``k - 1`` began — the day before yesterday's, with the default
   period — exact, from the multiset of peaks, but no larger than what ``baseline_min_gpus`` (10)
   distinct GPUs reached;
+* the ECC reference of period ``k`` (``ecc_reference_period_ms``, an hour) is the correctable-error
+  rate per day of the GPU with the ``ecc_reference_rank``-th highest rate (3rd) over the
+  ``ecc_reference_window_ms`` (a week, or the history there is) before period ``k - 1`` began,
+  among the GPUs not flagged as degrading in that window;
+  :data:`NO_ECC_REFERENCE` while fewer GPUs corrected errors;
 * a job is attributed when the parts of all its nodes are in.
 
 So one core owning every node (the embedded replay) and eight cores in four workers decide the
@@ -55,12 +62,13 @@ from schemas.outputs import (
     Severity,
 )
 from schemas.records import JobState
-from schemas.timeutil import DAY_MS
+from schemas.timeutil import DAY_MS, HOUR_MS
 
 __all__ = [
     "FAILED_APPLICATION",
     "FAILED_HARDWARE",
     "FAILED_UNKNOWN",
+    "NO_ECC_REFERENCE",
     "FleetConfig",
     "FleetCore",
     "FleetFact",
@@ -71,6 +79,13 @@ __all__ = [
 
 #: Kinds of :class:`FleetFact`.
 SEEN, SIGNAL, FAILED_JOB, PEAK, RUN, APP_XID = "seen", "signal", "failed_job", "peak", "run", "app_xid"
+ECC_SBE = "ecc_sbe"
+#: ``name`` of an ``ecc_sbe`` fact whose sample the GPU's trend model flagged as anomalous.
+ECC_FLAGGED = "flagged"
+
+#: The ECC reference of a period in which the fleet has no usual correctable rate to compare with:
+#: its first two periods, or fewer than ``ecc_reference_rank`` GPUs corrected an error.
+NO_ECC_REFERENCE = -1.0
 
 #: Why a failed job failed (``value`` of a ``failed_job`` fact): no evidence either way (or a fact
 #: of a worker from before job-aware verdicts), hardware evidence on its nodes, or application-class
@@ -97,7 +112,9 @@ class FleetFact:
         user ``name`` started on ``node``, its first node when ``value`` is 1: the node's load, and
         what a user's failures are a share of) or ``app_xid`` (job ``key`` of user ``name``
         logged application-class XID ``value`` on ``node``: an XID day of the node unless the
-        errors follow the user).
+        errors follow the user) or ``ecc_sbe`` (GPU ``key`` on ``node`` corrected ``value`` errors
+        since its previous sample, the one at ``ts_ms``; ``name`` is :data:`ECC_FLAGGED` when its
+        trend model flagged the sample).
 
     Two equal facts are one fact handed over twice (a core restarted from a checkpoint repeats
     what it handed over since): the stage keeps one.
@@ -170,6 +187,11 @@ class FleetConfig:
         hardware evidence) at least ``owner_min_failures`` times within ``owner_window_ms``, that
         being at least ``owner_min_share`` of the runs they started in it, gets a
         ``job_app_errors`` incident (a crash loop of their jobs, wherever they run).
+    ecc_reference_period_ms, ecc_reference_window_ms, ecc_reference_rank
+        The fleet's usual correctable rate: decided every period (a period uses the errors
+        corrected before the previous one began, over the window before that), the rate per day
+        of the GPU ranked ``ecc_reference_rank`` by rate (so that a few GPUs degrading at once do
+        not raise it). A GPU with no trusted past of its own is compared with it.
     """
 
     lemon: LemonConfig = field(default_factory=LemonConfig)
@@ -185,6 +207,9 @@ class FleetConfig:
     owner_min_share: float = 0.5
     # New fields go last: a worker checkpoint pickles the configuration as its values in order.
     baseline_min_gpus: int = 10
+    ecc_reference_period_ms: int = HOUR_MS
+    ecc_reference_window_ms: int = 7 * DAY_MS
+    ecc_reference_rank: int = 3
 
 
 @dataclass(slots=True)
@@ -196,6 +221,9 @@ class FleetOutput:
     mttf: list[MttfPartial] = field(default_factory=list)
     #: Storm baselines: period start (ms) -> the fleet's usual burst from then on.
     baselines: dict[int, float] = field(default_factory=dict)
+    #: ECC references: period start (ms) -> the fleet's usual correctable errors per GPU-day then
+    #: (:data:`NO_ECC_REFERENCE`: none).
+    ecc_references: dict[int, float] = field(default_factory=dict)
 
 
 def exact_quantile(sorted_values: list[int], q: float) -> float:
@@ -264,6 +292,23 @@ class FleetCore:
         #: Per user, the lemon signals their application evidence added before their errors were
         #: seen to follow them: (signal, node, event time, job id), taken back once they are.
         self._user_counted: dict[str, deque[tuple[str, str, int, str]]] = {}
+        self._init_ecc()
+
+    def _init_ecc(self) -> None:
+        #: Correctable errors of the reference window, (time, node, GPU, errors), oldest first,
+        #: and their sum per GPU.
+        self._sbe: deque[tuple[int, str, str, int]] = deque()
+        self._gpu_sbe: dict[tuple[str, str], int] = {}
+        #: GPUs whose correctable errors were flagged as anomalous, and when last: no peers while
+        #: flagged within the window (River's protected filter, at fleet scale: a degrading GPU
+        #: must not raise the rate that the others are compared with).
+        self._gpu_flagged: dict[tuple[str, str], int] = {}
+        self._next_ecc_ms: int | None = None
+        self._first_ecc_ms: int | None = None
+        # The first correctable error the stage heard of: the rates count time from there (the
+        # errors of a GPU's first interval are in it, so an early rate errs on the high side).
+        self._ecc_origin_ms: int | None = None
+        self._ecc_references: dict[int, float] = {}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Unpickle, also a checkpoint from before job-aware verdicts and per-GPU peaks: their state
@@ -283,6 +328,10 @@ class FleetCore:
         # Kept in lists before they were deques.
         state["_user_counted"] = {user: deque(c) for user, c in state.get("_user_counted", {}).items()}
         self.__dict__.update(state)
+        if "_sbe" not in state:
+            # A checkpoint from before the ECC reference: the fleet's errors are counted from the
+            # restart on, as if its history began then.
+            self._init_ecc()
 
     # -- input ---------------------------------------------------------------------------------
 
@@ -345,12 +394,20 @@ class FleetCore:
             return self._baselines.get(period_start_ms, 0.0)
         return self._baselines.get(period_start_ms)
 
+    def ecc_reference(self, period_start_ms: int) -> float | None:
+        """The fleet's usual correctable errors per GPU-day from ``period_start_ms`` on (see
+        :class:`FleetConfig`); None until it is decided, :data:`NO_ECC_REFERENCE` for none."""
+        first = self._first_ecc_ms
+        if first is not None and period_start_ms <= first + self.config.ecc_reference_period_ms:
+            return self._ecc_references.get(period_start_ms, NO_ECC_REFERENCE)
+        return self._ecc_references.get(period_start_ms)
+
     @property
     def next_instant_ms(self) -> int | None:
         """The next event time at which the stage decides something (None before any horizon)."""
-        if self._next_lemon_ms is None or self._next_boundary_ms is None:
+        if self._next_lemon_ms is None or self._next_boundary_ms is None or self._next_ecc_ms is None:
             return None
-        return min(self._next_lemon_ms, self._next_boundary_ms)
+        return min(self._next_lemon_ms, self._next_boundary_ms, self._next_ecc_ms)
 
     def drain(self) -> FleetOutput:
         """Return and forget what was decided since the previous call."""
@@ -364,19 +421,29 @@ class FleetCore:
             return
         period = self.config.baseline_period_ms
         every = self.config.lemon.evaluate_every_ms
+        ecc_period = self.config.ecc_reference_period_ms
         if self._applied_to is None:
             first = self._pending[0].ts_ms if self._pending else horizon
             self._next_lemon_ms = first - first % every + every
             self._next_boundary_ms = first - first % period
+        if self._next_ecc_ms is None:
+            # The first boundary (or, restored from a checkpoint without the ECC reference, the
+            # time the stage had reached): the ECC history starts there.
+            since = self._applied_to if self._applied_to is not None else self._next_boundary_ms
+            assert since is not None
+            self._next_ecc_ms = since - since % ecc_period
         assert self._next_lemon_ms is not None and self._next_boundary_ms is not None
-        # Instants in event-time order: a baseline boundary, then a lemon evaluation, each after
-        # the facts before it.
+        # Instants in event-time order: a baseline boundary, an ECC reference, then a lemon
+        # evaluation, each after the facts before it.
         while True:
-            instant = min(self._next_lemon_ms, self._next_boundary_ms)
+            instant = min(self._next_lemon_ms, self._next_boundary_ms, self._next_ecc_ms)
             if instant >= horizon:
                 break
             self._apply_before(instant)
-            if instant == self._next_boundary_ms:
+            if instant == self._next_ecc_ms:
+                self._decide_ecc_reference(instant)
+                self._next_ecc_ms = instant + ecc_period
+            elif instant == self._next_boundary_ms:
                 # The peaks finished before boundary b make the baseline of the period after the
                 # next (from b + period): a core needs it only once the fleet's horizon passed b.
                 if self._first_boundary_ms is None:
@@ -434,6 +501,14 @@ class FleetCore:
             if not self._follows_user(fact.name, fact.ts_ms):
                 self._lemons.record(fact.node, "job_runs", fact.ts_ms)
                 self._counted(fact.name, "job_runs", fact.node, fact.ts_ms, "")
+        elif fact.kind == ECC_SBE:
+            gpu = (fact.node, fact.key)
+            self._sbe.append((fact.ts_ms, fact.node, fact.key, fact.value))
+            if self._ecc_origin_ms is None:
+                self._ecc_origin_ms = fact.ts_ms
+            if fact.name == ECC_FLAGGED:
+                self._gpu_flagged[gpu] = fact.ts_ms
+            self._gpu_sbe[gpu] = self._gpu_sbe.get(gpu, 0) + fact.value
         elif fact.kind == PEAK:
             bisect.insort(self._peaks, fact.value)
             gpu = (fact.node, fact.key)
@@ -443,6 +518,37 @@ class FleetCore:
                     del self._gpu_maxima[bisect.bisect_left(self._gpu_maxima, known)]
                 bisect.insort(self._gpu_maxima, fact.value)
                 self._gpu_peak[gpu] = fact.value
+
+    def _decide_ecc_reference(self, instant: int) -> None:
+        """At ECC boundary ``instant``: the reference of the period after the next, from the errors
+        corrected in the window before ``instant`` (the facts before it are applied)."""
+        period = self.config.ecc_reference_period_ms
+        if self._first_ecc_ms is None:
+            self._first_ecc_ms = instant
+            self._ecc_references[instant] = self._out.ecc_references[instant] = NO_ECC_REFERENCE
+        since = instant - self.config.ecc_reference_window_ms
+        sbe, totals = self._sbe, self._gpu_sbe
+        while sbe and sbe[0][0] < since:
+            _, node, gpu, errors = sbe.popleft()
+            left = totals[(node, gpu)] - errors
+            if left:
+                totals[(node, gpu)] = left
+            else:
+                del totals[(node, gpu)]
+        flagged = self._gpu_flagged
+        for stale in [gpu for gpu, last in flagged.items() if last < since]:
+            del flagged[stale]
+        peers = [errors for gpu, errors in totals.items() if gpu not in flagged]
+        rank = self.config.ecc_reference_rank
+        origin = self._ecc_origin_ms
+        covered = 0 if origin is None else instant - max(since, origin)
+        reference = NO_ECC_REFERENCE
+        if len(peers) >= rank and covered > 0:
+            reference = heapq.nlargest(rank, peers)[-1] * DAY_MS / covered
+        self._ecc_references[instant + period] = self._out.ecc_references[instant + period] = reference
+        # Older references are needed only by a core restarted from its last checkpoint.
+        for old in [start for start in self._ecc_references if start < instant - 2 * DAY_MS]:
+            del self._ecc_references[old]
 
     def _usual_burst(self) -> float:
         """The fleet's usual burst from the peaks applied so far: their quantile, but no larger

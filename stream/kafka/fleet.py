@@ -26,6 +26,7 @@ __all__ = [
     "NodeOwner",
     "decode_baselines",
     "decode_fleet_message",
+    "decode_references",
     "encode_baselines",
     "encode_fleet_messages",
 ]
@@ -144,14 +145,28 @@ def decode_fleet_message(value: bytes) -> FleetMessage:
     )
 
 
-def encode_baselines(baselines: dict[int, float]) -> bytes:
-    """A ``fleet-baselines`` message."""
-    return orjson.dumps({"baselines": {str(start): value for start, value in sorted(baselines.items())}})
+def encode_baselines(baselines: dict[int, float], ecc_references: dict[int, float] | None = None) -> bytes:
+    """A ``fleet-baselines`` message: storm baselines and ECC references, by period start."""
+    doc: dict[str, dict[str, float]] = {
+        "baselines": {str(start): value for start, value in sorted(baselines.items())}
+    }
+    if ecc_references:
+        doc["ecc"] = {str(start): value for start, value in sorted(ecc_references.items())}
+    return orjson.dumps(doc)
 
 
 def decode_baselines(values: Iterable[bytes]) -> dict[int, float]:
-    """The baselines of ``fleet-baselines`` messages, later ones winning."""
-    found: dict[int, float] = {}
+    """The storm baselines of ``fleet-baselines`` messages, later ones winning."""
+    return decode_references(values)[0]
+
+
+def decode_references(values: Iterable[bytes]) -> tuple[dict[int, float], dict[int, float]]:
+    """The storm baselines and the ECC references of ``fleet-baselines`` messages, later ones
+    winning (a message from a stage before the ECC reference has none)."""
+    storms: dict[int, float] = {}
+    ecc: dict[int, float] = {}
     for value in values:
-        found.update({int(start): float(v) for start, v in orjson.loads(value)["baselines"].items()})
-    return found
+        doc = orjson.loads(value)
+        storms.update({int(start): float(v) for start, v in doc["baselines"].items()})
+        ecc.update({int(start): float(v) for start, v in doc.get("ecc", {}).items()})
+    return storms, ecc

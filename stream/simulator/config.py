@@ -105,6 +105,9 @@ class SimulationConfig:
     ecc_degradation_min_days: float = 2.0  # a degradation grows this long before its failure, at least
     ecc_degradation_max_days: float = 7.0  # ... and at most (uniform)
     ecc_degradation_shape: str = "exponential"  # how the SBE rate grows: see DEGRADATION_SHAPES
+    # > 0: every degradation began up to this many days before the span (uniform), so it is under
+    # way when the history begins and the GPU's own past already holds its rise; 0: within the span
+    ecc_degradation_underway_days: float = 0.0
     xid_storm_rate: float = 1.0  # XID storms per 1000 node-days (only on a node running a job)
     xid_storm_kill_probability: float = 0.5  # storms that kill their job (FAILED, user-looking)
     xid_storm_lines_min: int = 40  # lines of a storm, at least (log-uniform)
@@ -151,6 +154,7 @@ class SimulationConfig:
                 0 < self.ecc_degradation_min_days <= self.ecc_degradation_max_days,
                 "degradation days must be 0 < min <= max",
             ),
+            (self.ecc_degradation_underway_days >= 0, "ecc_degradation_underway_days must be >= 0"),
             (self.xid_storm_rate >= 0, "xid_storm_rate must be >= 0"),
             (
                 1 <= self.xid_storm_lines_min <= self.xid_storm_lines_max,

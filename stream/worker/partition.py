@@ -81,17 +81,24 @@ class PartitionWorker:
     #: The consumer group generation in which this worker took the partition (its checkpoints
     #: carry it: a stale owner's cannot replace a newer owner's).
     generation: int = -1
+    #: Whether the merge's next record waits for the fleet stage (a baseline or ECC reference).
+    waiting_for_fleet: bool = False
 
     def horizon_crossed_period(self) -> bool:
         """Whether the fleet horizon entered a storm-baseline period after the one last handed
-        over (a baseline the fleet stage can decide now)."""
+        over (a baseline the fleet stage can decide now), or, while the merge holds a record for
+        the fleet, an ECC-reference period (hourly: handed over only when a sample waits, so a
+        backlog does not hand over each hour)."""
         horizon, handed = self.fleet_horizon_ms, self.handed_horizon_ms
         if horizon is None:
             return False
         if handed is None:
             return True  # nothing handed over yet (a new partition's first commit point is seconds away)
         period = self.core.config.storm_baseline_period_ms
-        return horizon // period > handed // period
+        if horizon // period > handed // period:
+            return True
+        ecc_period = self.core.config.ecc_period_ms
+        return self.waiting_for_fleet and horizon // ecc_period > handed // ecc_period
 
     def commit_interval(self, flush_seconds: float) -> float:
         """Seconds between two commit points: ``flush_seconds``, or longer when the checkpoint is
@@ -183,11 +190,15 @@ class PartitionWorker:
         watermark moves to it first (so its horizon does, for the fleet stage), then it waits,
         if it must, for the storm baseline of its period."""
         self.core.advance(ts_ms)
-        return self.core.ready_for(held[0])
+        ready = self.core.ready_for(held[0])
+        self.waiting_for_fleet = not ready
+        return ready
 
-    def learn_baselines(self, baselines: dict[int, float]) -> None:
-        """Storm baselines from the fleet stage."""
-        self.core.learn_baselines(baselines)
+    def learn_baselines(
+        self, baselines: dict[int, float], ecc_references: dict[int, float] | None = None
+    ) -> None:
+        """Storm baselines and ECC references from the fleet stage."""
+        self.core.learn_baselines(baselines, ecc_references)
 
 
 def _restore_held(held: HeldRecord) -> HeldLine:

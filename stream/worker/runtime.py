@@ -27,8 +27,8 @@ from schemas.outputs import DeadLetter
 from schemas.records import InvalidRecord
 from stream.kafka.codec import decode_message_lines, decode_record, message_lines, partition_for_key
 from stream.kafka.fleet import (
-    decode_baselines,
     decode_fleet_message,
+    decode_references,
     encode_baselines,
     encode_fleet_messages,
 )
@@ -62,6 +62,9 @@ _REKEY_BATCH = -1
 #: a live record behind an idle source waits for the next answer (0.5 s made that a third of the
 #: event-to-incident latency).
 _REFRESH_SECONDS = 0.1
+#: ECC references a worker keeps for partitions it takes over (four days of hourly ones).
+_ECC_REFERENCES_KEPT = 96
+
 #: A partition this close to its end is live: incident updates go out without waiting for the
 #: commit point (a third of a second of a producer at 5,000 records/s). Counted in records (the
 #: messages behind times the records of the last one): 64 messages of 256 records each are over a
@@ -145,6 +148,9 @@ class WorkerRuntime:
         self._baseline_reader = PartitionReader(client_options(settings), settings.topic_fleet_baselines)
         self._baselines_read = 0
         self._new_baselines: dict[int, float] = {}
+        #: Its ECC references (period start -> usual correctable errors per GPU-day), the recent ones.
+        self.ecc_references: dict[int, float] = {}
+        self._new_ecc_references: dict[int, float] = {}
         self._fleet_reader = PartitionReader(client_options(settings), settings.topic_fleet)
         self._idle_announced: set[int] = set()  # assigned partitions without state, said idle
         #: Whether the group has assigned this worker its partitions since its last revocation.
@@ -348,7 +354,7 @@ class WorkerRuntime:
         # The first commit point of a partition taken over comes with its first message, not a
         # flush interval later: the group sees at once that the partition moves again.
         state.last_commit = 0.0
-        state.learn_baselines(self.baselines)
+        state.learn_baselines(self.baselines, self.ecc_references)
         self._idle_announced.discard(number)
         self.partitions[number] = state
         return state
@@ -426,8 +432,17 @@ class WorkerRuntime:
 
     # -- the fleet stage ---------------------------------------------------------------------
 
+    def _learn_ecc_references(self, ecc: dict[int, float]) -> None:
+        """Keep the recent ECC references, for the partitions this worker takes over later (their
+        checkpoints are at most a few commit points old; a reference a day is 24 entries)."""
+        self.ecc_references.update(ecc)
+        if len(self.ecc_references) > _ECC_REFERENCES_KEPT:
+            newest = sorted(self.ecc_references)[-_ECC_REFERENCES_KEPT:]
+            self.ecc_references = {start: self.ecc_references[start] for start in newest}
+
     async def _read_baselines(self) -> None:
-        """New storm baselines of the fleet stage (every worker reads the whole topic)."""
+        """New storm baselines and ECC references of the fleet stage (every worker reads the whole
+        topic)."""
         if self.topics.fleet_baselines is None:
             return
         try:
@@ -437,7 +452,9 @@ class WorkerRuntime:
             return
         if found:
             self._baselines_read = found[-1][0] + 1
-            self._new_baselines.update(decode_baselines(value for _, value in found))
+            storms, ecc = decode_references(value for _, value in found)
+            self._new_baselines.update(storms)
+            self._new_ecc_references.update(ecc)
 
     async def _run_fleet_stage(self) -> None:
         """The owner of input partition 0 runs the fleet stage: apply what the partitions handed
@@ -483,10 +500,13 @@ class WorkerRuntime:
         )
         for incident in decided.incidents:
             state.incidents[incident.incident_id] = incident
-        if decided.baselines:
-            delivery = await self.topics.fleet_baselines.send(value=encode_baselines(decided.baselines))
+        if decided.baselines or decided.ecc_references:
+            delivery = await self.topics.fleet_baselines.send(
+                value=encode_baselines(decided.baselines, decided.ecc_references)
+            )
             await delivery
             self._new_baselines.update(decided.baselines)
+            self._new_ecc_references.update(decided.ecc_references)
 
     async def _restore_held(self) -> None:
         """Restore at once the assigned partitions whose checkpoint holds records the merge held
@@ -687,11 +707,13 @@ class WorkerRuntime:
         await self._run_fleet_stage()
         # After the stage: the baselines it just decided (the owner's) are learnt in this tick,
         # not the next one (a backlog's XIDs that could storm wait for them at each day).
-        if self._new_baselines:
+        if self._new_baselines or self._new_ecc_references:
             new, self._new_baselines = self._new_baselines, {}
+            ecc, self._new_ecc_references = self._new_ecc_references, {}
             self.baselines.update(new)
+            self._learn_ecc_references(ecc)
             for state in self.partitions.values():
-                state.learn_baselines(new)
+                state.learn_baselines(new, ecc)
         await self._announce_idle()
         await self._watch_for_stalls()
         for state in list(self.partitions.values()):

@@ -150,7 +150,8 @@ def plan_degradations(
 ) -> tuple[DegradationPlan, ...]:
     """Plan the degrading GPUs: ``ecc_degradation_gpu_fraction`` of the GPUs per 30 days.
 
-    Each is on its own healthy (non-lemon) node; the start is uniform over the span.
+    Each is on its own healthy (non-lemon) node; the start is uniform over the span, or over the
+    ``ecc_degradation_underway_days`` before it (degradations under way when the history begins).
 
     Returns
     -------
@@ -164,7 +165,11 @@ def plan_degradations(
     count = min(count, len(candidates))
     nodes = rng.choice(candidates, size=count, replace=False) if count else np.zeros(0, dtype=np.int64)
     gpus = rng.integers(0, config.gpus_per_node, size=count)
-    starts = rng.integers(config.start_ms, config.end_ms, size=count)
+    if config.ecc_degradation_underway_days > 0:
+        earliest = config.start_ms - round(config.ecc_degradation_underway_days * DAY_MS)
+        starts = rng.integers(earliest, config.start_ms, size=count)
+    else:
+        starts = rng.integers(config.start_ms, config.end_ms, size=count)
     days = rng.uniform(config.ecc_degradation_min_days, config.ecc_degradation_max_days, size=count)
     fails = rng.random(count) < config.ecc_degradation_failure_probability
     initial = rng.uniform(*_DEGRADATION_INITIAL_RATE, size=count)
@@ -182,7 +187,8 @@ def plan_degradations(
     for index, i in enumerate(order):
         start = int(starts[i])
         duration = round(float(days[i]) * DAY_MS)
-        failure = start + duration if bool(fails[i]) and start + duration < config.end_ms else None
+        ends = start + duration
+        failure = ends if bool(fails[i]) and config.start_ms < ends < config.end_ms else None
         plans.append(
             DegradationPlan(
                 index=index,

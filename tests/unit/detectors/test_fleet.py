@@ -10,6 +10,7 @@ protocol the Kafka worker speaks over its fleet topic.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import zlib
 from dataclasses import dataclass
@@ -19,7 +20,17 @@ from typing import Any
 import pytest
 
 from detectors.core import CoreConfig, DetectionCore, Emitted
-from detectors.fleet import PEAK, FleetConfig, FleetCore, FleetFact, JobPart, exact_quantile
+from detectors.fleet import (
+    ECC_FLAGGED,
+    ECC_SBE,
+    NO_ECC_REFERENCE,
+    PEAK,
+    FleetConfig,
+    FleetCore,
+    FleetFact,
+    JobPart,
+    exact_quantile,
+)
 from detectors.lemon import LemonConfig
 from schemas.outputs import IncidentKind
 from schemas.records import EccSample, JobEvent, Record, XidEvent
@@ -155,7 +166,7 @@ def partitioned(records: list[Record], partitions: int, seed: int) -> Outcome:
         decided = fleet.drain()
         out.add(Emitted(incidents=decided.incidents, attributions=decided.attributions, mttf=decided.mttf))
         for core in cores:
-            core.learn_baselines(decided.baselines)
+            core.learn_baselines(decided.baselines, decided.ecc_references)
 
     while any(positions[p] < len(queues[p]) for p in range(partitions)):
         live = [p for p in range(partitions) if positions[p] < len(queues[p])]
@@ -208,6 +219,12 @@ def clusters(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Record]
         "400 nodes x 10 days": SimulationConfig(nodes=400, days=10, seed=13, ecc_interval_minutes=1440),
         # The matrix's short-history lemon cell: verdicts from 2 days on, every 6 hours.
         "32 nodes x 7 days": cell_config(cells_named(("lemon-many-32n-7d",))[0], seed=TUNING_SEEDS[0]),
+        # Degradations under way when the history begins: GPUs compared with the fleet's ECC
+        # reference, decided hourly, during their first two days (3 days of it here).
+        "256 nodes x 3 days, degrading": dataclasses.replace(
+            cell_config(cells_named(("ecc-quadratic-underway-15m-256n-4d",))[0], seed=TUNING_SEEDS[1]),
+            days=3.0,
+        ),
     }.items():
         folder = tmp_path_factory.mktemp("sim")
         simulate(sim, folder)
@@ -216,7 +233,14 @@ def clusters(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Record]
 
 
 @pytest.mark.parametrize(
-    "name", ["example", "60 nodes x 20 days", "120 nodes x 5 days", "400 nodes x 10 days"]
+    "name",
+    [
+        "example",
+        "60 nodes x 20 days",
+        "120 nodes x 5 days",
+        "400 nodes x 10 days",
+        "256 nodes x 3 days, degrading",
+    ],
 )
 @pytest.mark.parametrize(("partitions", "seed"), [(1, 1), (2, 2), (4, 3), (8, 4)])
 def test_partitioned_cores_and_the_fleet_stage_decide_what_one_core_decides(
@@ -367,3 +391,38 @@ def test_a_burst_size_is_usual_only_when_many_gpus_reach_it() -> None:
     busy.add(0, [FleetFact(HOUR_MS + n, PEAK, f"n{n}", key="g0", value=30) for n in range(40)])
     busy.advance(0, 3 * DAY_MS + 1)
     assert busy.baseline(2 * DAY_MS) == 30.0
+
+
+def sbe(ts_ms: int, node: str, errors: int, flagged: bool = False) -> FleetFact:
+    return FleetFact(ts_ms, ECC_SBE, node, ECC_FLAGGED if flagged else "", "0000:07:00", errors, "c")
+
+
+def test_the_ecc_reference_is_the_third_gpus_rate_over_the_window_before_the_previous_period() -> None:
+    """Four GPUs corrected 48, 24, 12 and 6 errors in the fleet's first hours (from 1:00, its
+    first error, to 3:00): the third-highest rate, 12 in 2 hours, is 144 a day; the reference of
+    period 4:00 uses the errors before 3:00, the period before it."""
+    fleet = FleetCore(FleetConfig(), partitions=1)
+    fleet.add(0, [sbe(HOUR_MS, f"n{k}", 1) for k in range(4)])
+    fleet.add(0, [sbe(2 * HOUR_MS, f"n{k}", errors - 1) for k, errors in enumerate((48, 24, 12, 6))])
+    fleet.add(0, [sbe(3 * HOUR_MS + 1, "n0", 1000)])  # after 3:00: in no reference before 5:00
+    fleet.advance(0, 3 * HOUR_MS + 2)
+    assert fleet.ecc_reference(0) == fleet.ecc_reference(HOUR_MS) == NO_ECC_REFERENCE
+    assert fleet.ecc_reference(2 * HOUR_MS) == NO_ECC_REFERENCE  # before 1:00: no error yet
+    assert fleet.ecc_reference(3 * HOUR_MS) == 24.0  # before 2:00: one error each, at 1:00
+    assert fleet.ecc_reference(4 * HOUR_MS) == 12 * 12.0
+    assert fleet.ecc_reference(5 * HOUR_MS) is None  # not decided yet
+    assert fleet.drain().ecc_references[4 * HOUR_MS] == 144.0
+
+
+def test_a_gpu_flagged_as_degrading_is_no_peer_and_few_gpus_make_no_reference() -> None:
+    def reference(facts: list[FleetFact]) -> float | None:
+        fleet = FleetCore(FleetConfig(), partitions=1)
+        fleet.add(0, facts)
+        fleet.advance(0, DAY_MS + 1)
+        return fleet.ecc_reference(DAY_MS)
+
+    peers = [sbe(0, "n1", 480), sbe(0, "n2", 240), sbe(0, "n3", 24)]
+    assert reference(peers) == 24.0 * 24 / 23  # the rates count from the first error, at 0:00
+    assert reference(peers[:2]) == NO_ECC_REFERENCE  # two GPUs are no fleet
+    flagged = [sbe(0, "n1", 480, flagged=True), sbe(0, "n2", 240), sbe(0, "n3", 24), sbe(0, "n4", 12)]
+    assert reference(flagged) == 12.0 * 24 / 23  # n1 degrades: n2, n3 and n4 are the peers

@@ -11,6 +11,8 @@ A hand-built fleet of 40 nodes where many users' jobs run every day, with three 
 
 from __future__ import annotations
 
+import dataclasses
+
 from detectors.core import CoreConfig, DetectionCore, Emitted
 from detectors.lemon import LemonConfig
 from schemas.outputs import Incident, IncidentKind
@@ -276,7 +278,8 @@ def test_a_checkpoint_from_before_job_aware_storms_still_loads() -> None:
     core = DetectionCore(config())
     old_config = CoreConfig.__new__(CoreConfig)
     values = config().__getstate__()
-    old_config.__setstate__(values[:-3])
+    names = [item.name for item in dataclasses.fields(CoreConfig)]
+    old_config.__setstate__(values[: names.index("storm_owner_window_hours")])
     assert not hasattr(old_config, "storm_owner_window_hours")
     state = {k: v for k, v in core.__dict__.items() if k not in ("_job_storms", "_storm_owners")}
     state["config"] = old_config
@@ -287,9 +290,17 @@ def test_a_checkpoint_from_before_job_aware_storms_still_loads() -> None:
 
     fleet = FleetCore(FleetConfig())
     old_fleet = FleetConfig.__new__(FleetConfig)
-    old_fleet.__setstate__(FleetConfig().__getstate__()[:-1])
-    state = {k: v for k, v in fleet.__dict__.items() if k not in ("_gpu_peak", "_gpu_maxima")}
+    names = [item.name for item in dataclasses.fields(FleetConfig)]
+    old_fleet.__setstate__(FleetConfig().__getstate__()[: names.index("baseline_min_gpus")])
+    # ... and no ECC reference state either: it starts from the restart on.
+    ecc_state = ("_sbe", "_gpu_sbe", "_gpu_flagged", "_next_ecc_ms", "_first_ecc_ms", "_ecc_origin_ms")
+    state = {
+        k: v
+        for k, v in fleet.__dict__.items()
+        if k not in ("_gpu_peak", "_gpu_maxima", "_ecc_references", *ecc_state)
+    }
     state["config"] = old_fleet
     revived = FleetCore.__new__(FleetCore)
     revived.__setstate__(state)
     assert revived.config == FleetConfig() and revived._gpu_maxima is None
+    assert revived._gpu_sbe == {} and revived.ecc_reference(0) is None

@@ -405,3 +405,39 @@ def test_checkpoints_from_before_the_trend_test_and_lemon_exposure_still_load():
     restored_tracker = LemonTracker.__new__(LemonTracker)
     restored_tracker.__setstate__(pickle.loads(pickle.dumps(state)))
     assert [v.node for v in restored_tracker.evaluate(6 * DAY_MS)] == ["n7"]
+
+
+def test_a_gpu_without_a_past_is_compared_with_the_fleet():
+    """Errors from its first samples: its own past says nothing for two days. At a rate the
+    fleet's GPUs show it stays quiet; at one far above theirs it is flagged within hours."""
+
+    def first_flag(per_sample, fleet_per_day):
+        model = ecc_trend_filter()
+        for step in range(1, 4 * 48):
+            x = {"sbe_delta": per_sample, "hours": 0.25, "watched_hours": step * 0.25,
+                 "fleet_per_day": fleet_per_day}  # fmt: skip
+            if flagged(model, x):
+                return step * 0.25
+        return None
+
+    assert first_flag(1, 96.0) is None  # 96 a day, as the fleet's third GPU
+    assert first_flag(1, -1.0) is None  # no fleet reference: own past only (none before 48 h)
+    hours = first_flag(2, 24.0)  # 192 a day where the fleet's third GPU corrects 24
+    assert hours is not None and hours < 6
+
+
+def test_a_core_without_a_local_fleet_holds_a_young_gpus_errors_for_the_fleet_reference():
+    def sample(minutes, sbe):
+        return EccSample(ts_ms=T0 + minutes * 60_000, cluster="c", node="n1", gpu=0, pci_bus_id="0000:07:00",
+                         counters={"sbe_volatile": sbe})  # fmt: skip
+
+    core = DetectionCore(CoreConfig(), local_fleet=False)
+    assert core.ready_for(sample(0, 5))  # a first sample is not scored
+    assert core.process(sample(0, 5))
+    assert core.ready_for(sample(15, 5))  # nothing corrected since
+    core.process(sample(15, 5))
+    assert not core.ready_for(sample(30, 9))  # errors, and no past of its own to compare with
+    core.learn_baselines({}, {core.ecc_reference_needed_ms(T0 + 30 * 60_000): 4.0})
+    assert core.ready_for(sample(30, 9))
+    core.process(sample(30, 9))
+    assert [f.kind for f in core.drain().facts][-1] == "ecc_sbe"  # the fleet hears of the errors

@@ -8,7 +8,13 @@ from detectors.attribution import HardwareEvent
 from detectors.fleet import APP_XID, RUN, FleetFact, JobPart
 from schemas.outputs import IncidentKind
 from schemas.records import JobState
-from stream.kafka.fleet import decode_fleet_message, encode_fleet_messages
+from stream.kafka.fleet import (
+    decode_baselines,
+    decode_fleet_message,
+    decode_references,
+    encode_baselines,
+    encode_fleet_messages,
+)
 
 
 def part(**fields: object) -> JobPart:
@@ -36,3 +42,10 @@ def test_a_part_from_a_worker_before_job_aware_verdicts_has_no_owner() -> None:
     [job] = decode_fleet_message(orjson.dumps(doc)).jobs
     assert (job.user, job.app_xids, job.name, job.partition) == ("", 0, "", "")
     assert job.evidence == part().evidence
+
+
+def test_baselines_carry_the_ecc_references_and_an_older_stages_have_none() -> None:
+    new = encode_baselines({0: 12.0}, {3_600_000: 96.5, 7_200_000: -1.0})
+    old = orjson.dumps({"baselines": {"86400000": 10.0}})
+    assert decode_references([new, old]) == ({0: 12.0, 86_400_000: 10.0}, {3_600_000: 96.5, 7_200_000: -1.0})
+    assert decode_baselines([old]) == {86_400_000: 10.0}

@@ -122,3 +122,17 @@ def test_storm_density_follows_the_configuration():
         SimulationConfig(xid_storm_lines_min=10, xid_storm_lines_max=5)
     with pytest.raises(ValueError, match="ecc_degradation_shape"):
         SimulationConfig(ecc_degradation_shape="wobbly")
+
+
+def test_degradations_under_way_began_before_the_span_and_show_from_its_first_scrape():
+    config = SimulationConfig(nodes=64, days=4, seed=3, ecc_degradation_gpu_fraction=0.05,
+                              ecc_degradation_underway_days=2.0, ecc_degradation_min_days=3.5,
+                              ecc_degradation_max_days=5.0)  # fmt: skip
+    history = run_model(config)
+    assert history.degradations
+    for record in history.degradations:
+        assert config.start_ms - 2 * DAY_MS <= record.plan.start_ms < config.start_ms
+        assert record.onset_ms == config.start_ms  # its errors so far are in the first scrape
+        assert record.failure_ms is None or record.failure_ms > config.start_ms
+    with pytest.raises(ValueError, match="underway"):
+        SimulationConfig(ecc_degradation_underway_days=-1.0)
