@@ -410,10 +410,11 @@ class DetectionCore:
         self._baselines.update(baselines)
         if ecc_references:
             self._ecc_references.update(ecc_references)
-            # A core needs only the references of the last few periods (its restarts redo less).
-            if len(self._ecc_references) > 4 * 24 * 8:
-                newest = max(self._ecc_references)
-                keep = newest - 4 * DAY_MS
+            # Periods before the watermark are never asked for again (a record before it is late):
+            # the checkpoint keeps the rest only.
+            watermark = self.watermark_ms
+            if watermark is not None and len(self._ecc_references) > 24 * 8:
+                keep = self.ecc_reference_needed_ms(watermark)
                 self._ecc_references = {k: v for k, v in self._ecc_references.items() if k >= keep}
 
     def ecc_reference_needed_ms(self, ts_ms: int) -> int:

@@ -62,9 +62,6 @@ _REKEY_BATCH = -1
 #: a live record behind an idle source waits for the next answer (0.5 s made that a third of the
 #: event-to-incident latency).
 _REFRESH_SECONDS = 0.1
-#: ECC references a worker keeps for partitions it takes over (four days of hourly ones).
-_ECC_REFERENCES_KEPT = 96
-
 #: A partition this close to its end is live: incident updates go out without waiting for the
 #: commit point (a third of a second of a producer at 5,000 records/s). Counted in records (the
 #: messages behind times the records of the last one): 64 messages of 256 records each are over a
@@ -148,7 +145,8 @@ class WorkerRuntime:
         self._baseline_reader = PartitionReader(client_options(settings), settings.topic_fleet_baselines)
         self._baselines_read = 0
         self._new_baselines: dict[int, float] = {}
-        #: Its ECC references (period start -> usual correctable errors per GPU-day), the recent ones.
+        #: Its ECC references (period start -> usual correctable errors per GPU-day), all of them: a
+        #: partition taken over may resume far behind the newest (24 floats a day of event time).
         self.ecc_references: dict[int, float] = {}
         self._new_ecc_references: dict[int, float] = {}
         self._fleet_reader = PartitionReader(client_options(settings), settings.topic_fleet)
@@ -432,14 +430,6 @@ class WorkerRuntime:
 
     # -- the fleet stage ---------------------------------------------------------------------
 
-    def _learn_ecc_references(self, ecc: dict[int, float]) -> None:
-        """Keep the recent ECC references, for the partitions this worker takes over later (their
-        checkpoints are at most a few commit points old; a reference a day is 24 entries)."""
-        self.ecc_references.update(ecc)
-        if len(self.ecc_references) > _ECC_REFERENCES_KEPT:
-            newest = sorted(self.ecc_references)[-_ECC_REFERENCES_KEPT:]
-            self.ecc_references = {start: self.ecc_references[start] for start in newest}
-
     async def _read_baselines(self) -> None:
         """New storm baselines and ECC references of the fleet stage (every worker reads the whole
         topic)."""
@@ -711,7 +701,7 @@ class WorkerRuntime:
             new, self._new_baselines = self._new_baselines, {}
             ecc, self._new_ecc_references = self._new_ecc_references, {}
             self.baselines.update(new)
-            self._learn_ecc_references(ecc)
+            self.ecc_references.update(ecc)
             for state in self.partitions.values():
                 state.learn_baselines(new, ecc)
         await self._announce_idle()
