@@ -96,10 +96,10 @@ class CoreConfig:
     storm_baseline_min_gpus
         The fleet's usual burst is never above what at least this many distinct GPUs reached
         (:mod:`detectors.fleet`).
-    ecc_reference_period_ms, ecc_reference_window_ms, ecc_reference_rank
-        The fleet's usual correctable rate, which a GPU without a trusted past of its own is
-        compared with (:mod:`detectors.fleet`): decided every period, over the window, the rate of
-        the GPU of this rank.
+    ecc_reference_period_ms, ecc_reference_window_ms, ecc_reference_min_gpus
+        The fleet's healthy ceiling of correctable rates, which a GPU without a trusted past of its
+        own is compared with (:mod:`detectors.fleet`): decided every period, over the window, from
+        the rates of at least this many GPUs.
     """
 
     windows_s: tuple[int, ...] = (3600, 86400)
@@ -133,7 +133,7 @@ class CoreConfig:
     storm_baseline_min_gpus: int = 10
     ecc_reference_period_ms: int = HOUR_MS
     ecc_reference_window_ms: int = 7 * DAY_MS
-    ecc_reference_rank: int = 3
+    ecc_reference_min_gpus: int = 10
 
     def __post_init__(self) -> None:
         if self.storm_owner_window_hours < 0:
@@ -145,8 +145,8 @@ class CoreConfig:
             )
         if self.ecc_reference_period_ms <= 0:
             raise ValueError("the ECC reference period must be positive")
-        if self.ecc_reference_rank < 1:
-            raise ValueError("the ECC reference rank must be at least 1")
+        if self.ecc_reference_min_gpus < 1:
+            raise ValueError("the ECC reference needs at least 1 GPU")
 
     @property
     def ecc_period_ms(self) -> int:
@@ -171,7 +171,7 @@ class CoreConfig:
             baseline_min_gpus=self.storm_baseline_min_gpus,
             ecc_reference_period_ms=self.ecc_period_ms,
             ecc_reference_window_ms=self.ecc_reference_window_ms,
-            ecc_reference_rank=self.ecc_reference_rank,
+            ecc_reference_min_gpus=self.ecc_reference_min_gpus,
         )
 
 

@@ -26,10 +26,10 @@ Assumptions
   errors is scored from its first error, against the floor.
 * The fleet: a GPU with no trusted past of its own (errors from its first samples: a new GPU, or
   one already degrading when the history began, whose own past holds the rise) is compared with
-  the fleet's usual rate, ``x["fleet_per_day"]`` (the correctable errors per day of the GPU ranked
-  third by rate, :mod:`detectors.fleet`; absent or negative when the fleet has none): the errors
-  of the trend window against that rate, from its first samples on. A rate that peers show is
-  usual; one that none of them shows is not, however smoothly it rose.
+  the fleet, ``x["fleet_per_day"]`` (the highest correctable errors per day a healthy GPU of the
+  fleet is expected to reach, :mod:`detectors.fleet`; absent or negative when the fleet has
+  none): the errors of the trend window against that rate, from its first samples on. A rate that
+  peers show is usual; one that none of them shows is not, however smoothly it rose.
 """
 
 from __future__ import annotations
@@ -72,9 +72,8 @@ class EccTrendScorer(AnomalyDetector):
         does not move, and a GPU correcting far more than it did then is degrading.
     fleet_margin
         A GPU without a trusted past is anomalous when it corrects far more than this many times
-        the fleet's usual rate (``x["fleet_per_day"]``): the third-highest GPU's rate is no
-        ceiling of what healthy GPUs show (in a fleet of thousands the highest is often half as
-        high again).
+        the fleet's healthy ceiling (``x["fleet_per_day"]``): an estimate from the fleet's spread
+        of rates, which a real fleet's tail exceeds now and then.
 
     Examples
     --------
@@ -103,8 +102,7 @@ class EccTrendScorer(AnomalyDetector):
     True
 
     A GPU correcting 60 errors a day from its first sample has no past to compare with, but the
-    fleet (the third-highest GPU corrects 10 a day, and healthy ones reach half as much again)
-    says it is far above its peers:
+    fleet (whose healthy GPUs reach 10 a day at most) says it is far above its peers:
 
     >>> model = EccTrendScorer()
     >>> model.learn_one({"sbe_delta": 15, "hours": 6.0, "watched_hours": 6.0})

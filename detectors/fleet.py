@@ -25,11 +25,12 @@ instant only once every core's horizon has passed it:
   peaks that finished before period ``k - 1`` began — the day before yesterday's, with the default
   period — exact, from the multiset of peaks, but no larger than what ``baseline_min_gpus`` (10)
   distinct GPUs reached;
-* the ECC reference of period ``k`` (``ecc_reference_period_ms``, an hour) is the correctable-error
-  rate per day of the GPU with the ``ecc_reference_rank``-th highest rate (3rd) over the
-  ``ecc_reference_window_ms`` (a week, or the history there is) before period ``k - 1`` began,
-  among the GPUs not flagged as degrading in that window;
-  :data:`NO_ECC_REFERENCE` while fewer GPUs corrected errors;
+* the ECC reference of period ``k`` (``ecc_reference_period_ms``, an hour) is the highest
+  correctable-error rate per day a healthy GPU of the fleet is expected to reach, from the rates
+  over the ``ecc_reference_window_ms`` (a week, or the history there is) before period ``k - 1``
+  began of the GPUs that corrected errors and were not flagged as degrading in that window
+  (:func:`healthy_ceiling`); :data:`NO_ECC_REFERENCE` while fewer than ``ecc_reference_min_gpus``
+  (10) GPUs corrected errors, or the fleet's errors cover less than 12 hours;
 * a job is attributed when the parts of all its nodes are in.
 
 So one core owning every node (the embedded replay) and eight cores in four workers decide the
@@ -42,6 +43,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
+import statistics
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
@@ -75,6 +77,7 @@ __all__ = [
     "FleetOutput",
     "JobPart",
     "exact_quantile",
+    "healthy_ceiling",
 ]
 
 #: Kinds of :class:`FleetFact`.
@@ -84,7 +87,8 @@ ECC_SBE = "ecc_sbe"
 ECC_FLAGGED = "flagged"
 
 #: The ECC reference of a period in which the fleet has no usual correctable rate to compare with:
-#: its first two periods, or fewer than ``ecc_reference_rank`` GPUs corrected an error.
+#: its first two periods, its first 12 hours of errors, or fewer than ``ecc_reference_min_gpus``
+#: GPUs corrected an error.
 NO_ECC_REFERENCE = -1.0
 
 #: Why a failed job failed (``value`` of a ``failed_job`` fact): no evidence either way (or a fact
@@ -187,11 +191,11 @@ class FleetConfig:
         hardware evidence) at least ``owner_min_failures`` times within ``owner_window_ms``, that
         being at least ``owner_min_share`` of the runs they started in it, gets a
         ``job_app_errors`` incident (a crash loop of their jobs, wherever they run).
-    ecc_reference_period_ms, ecc_reference_window_ms, ecc_reference_rank
-        The fleet's usual correctable rate: decided every period (a period uses the errors
-        corrected before the previous one began, over the window before that), the rate per day
-        of the GPU ranked ``ecc_reference_rank`` by rate (so that a few GPUs degrading at once do
-        not raise it). A GPU with no trusted past of its own is compared with it.
+    ecc_reference_period_ms, ecc_reference_window_ms, ecc_reference_min_gpus
+        The fleet's healthy ceiling of correctable rates: decided every period (a period uses the
+        errors corrected before the previous one began, over the window before that), from the
+        rates of at least ``ecc_reference_min_gpus`` GPUs. A GPU with no trusted past of its own
+        is compared with it.
     """
 
     lemon: LemonConfig = field(default_factory=LemonConfig)
@@ -209,7 +213,7 @@ class FleetConfig:
     baseline_min_gpus: int = 10
     ecc_reference_period_ms: int = HOUR_MS
     ecc_reference_window_ms: int = 7 * DAY_MS
-    ecc_reference_rank: int = 3
+    ecc_reference_min_gpus: int = 10
 
 
 @dataclass(slots=True)
@@ -221,8 +225,8 @@ class FleetOutput:
     mttf: list[MttfPartial] = field(default_factory=list)
     #: Storm baselines: period start (ms) -> the fleet's usual burst from then on.
     baselines: dict[int, float] = field(default_factory=dict)
-    #: ECC references: period start (ms) -> the fleet's usual correctable errors per GPU-day then
-    #: (:data:`NO_ECC_REFERENCE`: none).
+    #: ECC references: period start (ms) -> the correctable errors per day a healthy GPU of the
+    #: fleet reaches at most (:data:`NO_ECC_REFERENCE`: none).
     ecc_references: dict[int, float] = field(default_factory=dict)
 
 
@@ -236,6 +240,29 @@ def exact_quantile(sorted_values: list[int], q: float) -> float:
         return 0.0
     rank = max(math.ceil(q * len(sorted_values)), 1)
     return float(sorted_values[rank - 1])
+
+
+#: Hours of the fleet's correctable errors a reference needs: in the first hours most GPUs show one
+#: or two errors, and a spread measured on counts that small says nothing.
+_MIN_ECC_HISTORY_MS = 12 * HOUR_MS
+#: The least spread of log rates: what Poisson noise alone gives GPUs of one rate over half a day.
+_MIN_LOG_SPREAD = 0.5
+
+
+def healthy_ceiling(counts: list[int]) -> float:
+    """What the highest of these GPUs' error counts is expected to reach when all of them are
+    healthy: correctable rates spread log-normally over a fleet's GPUs, so the largest of ``n`` is
+    about ``exp(mu + sigma * sqrt(2 ln n))`` (the bound on the largest of ``n`` normals), with
+    ``mu`` and ``sigma`` of the logs taken robustly (median, and 1.4826 times the median absolute
+    deviation): the GPUs degrading at the top of the fleet do not move them.
+
+    >>> round(healthy_ceiling([4, 4, 4, 4]), 1), round(healthy_ceiling([1, 2, 4, 8, 16, 900]), 1)
+    (9.2, 104.7)
+    """
+    logs = sorted(math.log(count) for count in counts)
+    middle = statistics.median(logs)
+    spread = max(1.4826 * statistics.median(abs(value - middle) for value in logs), _MIN_LOG_SPREAD)
+    return math.exp(middle + spread * math.sqrt(2.0 * math.log(len(logs))))
 
 
 class FleetCore:
@@ -395,8 +422,9 @@ class FleetCore:
         return self._baselines.get(period_start_ms)
 
     def ecc_reference(self, period_start_ms: int) -> float | None:
-        """The fleet's usual correctable errors per GPU-day from ``period_start_ms`` on (see
-        :class:`FleetConfig`); None until it is decided, :data:`NO_ECC_REFERENCE` for none."""
+        """The correctable errors per day a healthy GPU of the fleet reaches at most, from
+        ``period_start_ms`` on (see :class:`FleetConfig`); None until it is decided,
+        :data:`NO_ECC_REFERENCE` for none."""
         first = self._first_ecc_ms
         if first is not None and period_start_ms <= first + self.config.ecc_reference_period_ms:
             return self._ecc_references.get(period_start_ms, NO_ECC_REFERENCE)
@@ -539,12 +567,12 @@ class FleetCore:
         for stale in [gpu for gpu, last in flagged.items() if last < since]:
             del flagged[stale]
         peers = [errors for gpu, errors in totals.items() if gpu not in flagged]
-        rank = self.config.ecc_reference_rank
+        enough = self.config.ecc_reference_min_gpus
         origin = self._ecc_origin_ms
         covered = 0 if origin is None else instant - max(since, origin)
         reference = NO_ECC_REFERENCE
-        if len(peers) >= rank and covered > 0:
-            reference = heapq.nlargest(rank, peers)[-1] * DAY_MS / covered
+        if len(peers) >= max(enough, 1) and covered >= _MIN_ECC_HISTORY_MS:
+            reference = healthy_ceiling(peers) * DAY_MS / covered
         self._ecc_references[instant + period] = self._out.ecc_references[instant + period] = reference
         # Older references are needed only by a core restarted from its last checkpoint.
         for old in [start for start in self._ecc_references if start < instant - 2 * DAY_MS]:

@@ -175,7 +175,7 @@ CELLS: Final[tuple[MatrixCell, ...]] = (
         4,
         tag="-underway",
         # About three a seed: a few at once in 2,048 GPUs (Meta's rate is 0.3% of them in 30 days).
-        ecc_degradation_gpu_fraction=0.006,
+        ecc_degradation_gpu_fraction=0.011,
         ecc_degradation_underway_days=2.0,
         ecc_degradation_min_days=3.5,
         ecc_degradation_max_days=5.0,

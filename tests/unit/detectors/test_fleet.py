@@ -30,6 +30,7 @@ from detectors.fleet import (
     FleetFact,
     JobPart,
     exact_quantile,
+    healthy_ceiling,
 )
 from detectors.lemon import LemonConfig
 from schemas.outputs import IncidentKind
@@ -397,21 +398,23 @@ def sbe(ts_ms: int, node: str, errors: int, flagged: bool = False) -> FleetFact:
     return FleetFact(ts_ms, ECC_SBE, node, ECC_FLAGGED if flagged else "", "0000:07:00", errors, "c")
 
 
-def test_the_ecc_reference_is_the_third_gpus_rate_over_the_window_before_the_previous_period() -> None:
-    """Four GPUs corrected 48, 24, 12 and 6 errors in the fleet's first hours (from 1:00, its
-    first error, to 3:00): the third-highest rate, 12 in 2 hours, is 144 a day; the reference of
-    period 4:00 uses the errors before 3:00, the period before it."""
+def test_the_ecc_reference_is_the_fleets_healthy_ceiling_from_the_errors_before_the_previous_hour() -> None:
+    """Twelve GPUs corrected errors from 1:00 (the fleet's first error) on; at 13:00 their rates
+    over those 12 hours make the reference of the period from 14:00; before, there is none (too
+    little history), and after 13:00's errors, nothing changes until the next decision."""
+    counts = [2, 3, 4, 4, 5, 6, 6, 8, 9, 12, 15, 200]  # one degrading GPU among them
     fleet = FleetCore(FleetConfig(), partitions=1)
-    fleet.add(0, [sbe(HOUR_MS, f"n{k}", 1) for k in range(4)])
-    fleet.add(0, [sbe(2 * HOUR_MS, f"n{k}", errors - 1) for k, errors in enumerate((48, 24, 12, 6))])
-    fleet.add(0, [sbe(3 * HOUR_MS + 1, "n0", 1000)])  # after 3:00: in no reference before 5:00
-    fleet.advance(0, 3 * HOUR_MS + 2)
-    assert fleet.ecc_reference(0) == fleet.ecc_reference(HOUR_MS) == NO_ECC_REFERENCE
-    assert fleet.ecc_reference(2 * HOUR_MS) == NO_ECC_REFERENCE  # before 1:00: no error yet
-    assert fleet.ecc_reference(3 * HOUR_MS) == 24.0  # before 2:00: one error each, at 1:00
-    assert fleet.ecc_reference(4 * HOUR_MS) == 12 * 12.0
-    assert fleet.ecc_reference(5 * HOUR_MS) is None  # not decided yet
-    assert fleet.drain().ecc_references[4 * HOUR_MS] == 144.0
+    fleet.add(0, [sbe(HOUR_MS, f"n{k}", 1) for k in range(12)])
+    fleet.add(0, [sbe(2 * HOUR_MS, f"n{k}", count - 1) for k, count in enumerate(counts)])
+    fleet.add(0, [sbe(13 * HOUR_MS + 1, "n0", 1000)])  # after 13:00: in no reference before 15:00
+    fleet.advance(0, 13 * HOUR_MS + 2)
+    assert fleet.ecc_reference(HOUR_MS) == NO_ECC_REFERENCE
+    assert fleet.ecc_reference(13 * HOUR_MS) == NO_ECC_REFERENCE  # 11 hours of errors: too few
+    ceiling = healthy_ceiling(counts) * 2  # 12 hours: per day, twice the counts
+    assert fleet.ecc_reference(14 * HOUR_MS) == pytest.approx(ceiling)
+    assert 30.0 < ceiling < 100.0  # above the healthy GPUs' 2 to 30 a day, far below the 400
+    assert fleet.ecc_reference(15 * HOUR_MS) is None  # not decided yet
+    assert fleet.drain().ecc_references[14 * HOUR_MS] == pytest.approx(ceiling)
 
 
 def test_a_gpu_flagged_as_degrading_is_no_peer_and_few_gpus_make_no_reference() -> None:
@@ -421,8 +424,17 @@ def test_a_gpu_flagged_as_degrading_is_no_peer_and_few_gpus_make_no_reference() 
         fleet.advance(0, DAY_MS + 1)
         return fleet.ecc_reference(DAY_MS)
 
-    peers = [sbe(0, "n1", 480), sbe(0, "n2", 240), sbe(0, "n3", 24)]
-    assert reference(peers) == 24.0 * 24 / 23  # the rates count from the first error, at 0:00
-    assert reference(peers[:2]) == NO_ECC_REFERENCE  # two GPUs are no fleet
-    flagged = [sbe(0, "n1", 480, flagged=True), sbe(0, "n2", 240), sbe(0, "n3", 24), sbe(0, "n4", 12)]
-    assert reference(flagged) == 12.0 * 24 / 23  # n1 degrades: n2, n3 and n4 are the peers
+    healthy = [sbe(0, f"n{k}", 4 + k) for k in range(10)]
+    usual = reference(healthy)
+    assert usual is not None and usual > 0
+    assert reference(healthy[:9]) == NO_ECC_REFERENCE  # nine GPUs are no fleet
+    # A degrading GPU flagged by its trend model is no peer: the ceiling is the healthy ten's.
+    assert reference([*healthy, sbe(0, "bad", 5000, flagged=True)]) == usual
+    assert reference([*healthy, sbe(0, "bad", 5000)]) != usual
+
+
+def test_the_healthy_ceiling_is_robust_to_a_few_degrading_gpus() -> None:
+    fleet = [3, 4, 4, 5, 6, 7, 8, 9, 10, 12, 14, 20, 25]
+    ceiling = healthy_ceiling(fleet)
+    assert ceiling > max(fleet[:-1])
+    assert healthy_ceiling([*fleet, 900, 1500]) < 2 * ceiling  # two GPUs far out move it little
