@@ -257,6 +257,7 @@ class DetectionCore:
         self.fleet = FleetCore(config.fleet_config()) if local_fleet else None
         self._baselines: dict[int, float] = {}
         self._ecc_references: dict[int, float] = {}
+        self._ecc_period_ms = config.ecc_period_ms  # asked for each ECC sample a worker holds
         self._seen: set[str] = set()
         self._xid_day: dict[str, int] = {}
         self.max_event_ms: int | None = None
@@ -314,6 +315,7 @@ class DetectionCore:
         state.setdefault("_storm_owners", {})
         state.setdefault("_ecc_references", {})
         state["config"] = _complete_config(state["config"])
+        state["_ecc_period_ms"] = state["config"].ecc_period_ms
         self.__dict__.update(state)
 
     # -- public API --------------------------------------------------------------------------
@@ -419,7 +421,7 @@ class DetectionCore:
 
     def ecc_reference_needed_ms(self, ts_ms: int) -> int:
         """The period start whose ECC reference an ECC sample at ``ts_ms`` may need."""
-        return ts_ms - ts_ms % self.config.ecc_period_ms
+        return ts_ms - ts_ms % self._ecc_period_ms
 
     def baseline_needed_ms(self, ts_ms: int) -> int:
         """The period start whose storm baseline a record at ``ts_ms`` may need."""
