@@ -157,13 +157,20 @@ class EccTracker:
         model = self._trends.get(key)
         watched = (sample.ts_ms - state.first_ms) / HOUR_MS
         hours = max(sample.ts_ms - state.last_ms, 1) / HOUR_MS
-        if model is not None:
-            return cast(EccTrendScorer, model.anomaly_detector).reference_per_hour(watched, hours) is None
-        if not any(sample.counters.get(name, 0) != state.counters.get(name, 0) for name in _SBE_COUNTERS):
+        if model is None:
+            if not any(sample.counters.get(n, 0) != state.counters.get(n, 0) for n in _SBE_COUNTERS):
+                return False
+            model = self._trend_template  # a new model: the template's state, not learnt yet
+        scorer = cast(EccTrendScorer, model.anomaly_detector)
+        if scorer.reference_per_hour(watched, hours) is not None:
             return False
-        # A new model: its own past is trusted when the GPU was clean through the warm-up.
-        scorer = cast(EccTrendScorer, self._trend_template.anomaly_detector)
-        return (state.last_ms - state.first_ms) / HOUR_MS < scorer.warmup_hours
+        deltas = ecc_step(state.counters, sample.counters).deltas
+        x: dict[Any, Any] = {
+            "sbe_delta": deltas.get("sbe_volatile", deltas.get("sbe_aggregate", 0)),
+            "hours": hours,
+            "watched_hours": watched,
+        }
+        return scorer.fleet_could_flag(x, model.threshold)
 
     def _score_trend(
         self,
@@ -186,7 +193,9 @@ class EccTracker:
             "watched_hours": (sample.ts_ms - state.first_ms) / HOUR_MS,
         }
         scorer = cast(EccTrendScorer, model.anomaly_detector)
-        if scorer.reference_per_hour(x["watched_hours"], x["hours"]) is None:
+        if scorer.reference_per_hour(x["watched_hours"], x["hours"]) is None and scorer.fleet_could_flag(
+            x, model.threshold
+        ):
             x["fleet_per_day"] = fleet_rate(sample.ts_ms)
         score = model.score_one(x)
         finding = None

@@ -211,6 +211,15 @@ class EccTrendScorer(AnomalyDetector):
         recent, span = self._trend_errors(x, watched)
         return max(spike, poisson_surprise(recent, reference * span))
 
+    def fleet_could_flag(self, x: dict[FeatureName, Any], threshold: float) -> bool:
+        """Whether the fleet test could reach ``threshold`` on ``x`` whatever the fleet's rate:
+        the rate it is tested against is never below the floor, so errors unsurprising against
+        the floor need no fleet reference (the score then is what it would be with one: the fleet
+        test cannot decide it)."""
+        watched = float(x.get("watched_hours", self.warmup_hours))
+        recent, span = self._trend_errors(x, watched)
+        return poisson_surprise(recent, self.floor_per_day / 24.0 * span) >= threshold
+
     def _trend_errors(self, x: dict[FeatureName, Any], watched: float) -> tuple[int, float]:
         """The errors of the samples that ended within the trend window, this one included, and
         the hours those samples cover: a sample after a gap of three days brings three days of

@@ -18,6 +18,7 @@ from detectors.core import DetectionCore
 from detectors.fleet import FleetCore, FleetFact, JobPart
 from schemas.outputs import Incident
 from schemas.records import Record
+from schemas.timeutil import DAY_MS
 from stream.kafka.codec import encode_record, redecode_record
 from stream.kafka.fleet import NodeOwner
 from stream.pipeline import RecordPipeline, RecordSink
@@ -31,6 +32,10 @@ __all__ = ["CHECKPOINT_COST_FACTOR", "HeldLine", "PartitionWorker"]
 
 #: A commit point comes at least this many times its checkpoint's cost after the previous one.
 CHECKPOINT_COST_FACTOR = 25.0
+
+#: Event time after a partition's first hand-over in which it hands over at every ECC-reference
+#: period: its GPUs' warm-up and reference lag (48 h), when their samples may wait for the fleet.
+_YOUNG_HISTORY_MS = 2 * DAY_MS
 
 #: What the event-time merge holds: a decoded record and the line it came from (for the checkpoint).
 HeldLine = tuple[Record, bytes]
@@ -83,12 +88,14 @@ class PartitionWorker:
     generation: int = -1
     #: Whether the merge's next record waits for the fleet stage (a baseline or ECC reference).
     waiting_for_fleet: bool = False
+    #: The first horizon it handed over (since it was started or restored).
+    first_horizon_ms: int | None = None
 
     def horizon_crossed_period(self) -> bool:
         """Whether the fleet horizon entered a storm-baseline period after the one last handed
-        over (a baseline the fleet stage can decide now), or, while the merge holds a record for
-        the fleet, an ECC-reference period (hourly: handed over only when a sample waits, so a
-        backlog does not hand over each hour)."""
+        over (a baseline the fleet stage can decide now), or an ECC-reference period while the
+        merge holds a record for the fleet or in the partition's first two days of event time
+        (hourly: a backlog past them does not hand over each hour)."""
         horizon, handed = self.fleet_horizon_ms, self.handed_horizon_ms
         if horizon is None:
             return False
@@ -98,7 +105,14 @@ class PartitionWorker:
         if horizon // period > handed // period:
             return True
         ecc_period = self.core.config.ecc_period_ms
-        return self.waiting_for_fleet and horizon // ecc_period > handed // ecc_period
+        if horizon // ecc_period <= handed // ecc_period:
+            return False
+        if self.first_horizon_ms is None:
+            self.first_horizon_ms = handed
+        # The first two days after the partition's first records are when its GPUs are young and
+        # their samples wait for the fleet's hourly ECC reference: every partition hands over at
+        # each hour then, so that one waiting does not wait for the others' commit points.
+        return self.waiting_for_fleet or horizon - self.first_horizon_ms < _YOUNG_HISTORY_MS
 
     def commit_interval(self, flush_seconds: float) -> float:
         """Seconds between two commit points: ``flush_seconds``, or longer when the checkpoint is
