@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, cast
 
 from detectors.attribution import HardwareEvent
-from detectors.ecc import EccRow, EccTracker
+from detectors.ecc import EccRow, EccTracker, corrected_errors
 from detectors.exposure import ExposureTracker
 from detectors.fleet import (
     APP_XID,
@@ -863,8 +863,7 @@ class DetectionCore:
             self._emitted.incidents.extend(self._incidents.observe(observed.trend))
         if observed.row is not None:
             self._emitted.ecc_rows.append(observed.row)
-            deltas = observed.row.deltas
-            corrected = deltas.get("sbe_volatile", deltas.get("sbe_aggregate", 0))
+            corrected = corrected_errors(observed.row.deltas)
             if corrected > 0 and self._mine(sample.node):
                 self._fact(
                     FleetFact(

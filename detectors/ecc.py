@@ -24,7 +24,7 @@ from schemas.outputs import IncidentKind, Severity
 from schemas.records import EccSample
 from schemas.timeutil import HOUR_MS
 
-__all__ = ["EccObservation", "EccRow", "EccTracker", "JobsAt"]
+__all__ = ["EccObservation", "EccRow", "EccTracker", "JobsAt", "corrected_errors"]
 
 #: Who runs on a node: the sorted ids of its running jobs (:meth:`detectors.jobs.JobTracker.jobs_at`).
 JobsAt = Callable[[str], tuple[str, ...]]
@@ -37,6 +37,16 @@ _SBE_COUNTERS = ("sbe_volatile", "sbe_aggregate")
 
 def _no_fleet(ts_ms: int) -> float:
     return -1.0
+
+
+def corrected_errors(deltas: Mapping[str, int]) -> int:
+    """The correctable (SBE) errors among a sample's counter deltas: the volatile counter's, else
+    the aggregate's (a GPU that reports only that one).
+
+    >>> corrected_errors({"sbe_volatile": 3, "sbe_aggregate": 3}), corrected_errors({"sbe_aggregate": 2})
+    (3, 2)
+    """
+    return deltas.get("sbe_volatile", deltas.get("sbe_aggregate", 0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +176,7 @@ class EccTracker:
             return False
         deltas = ecc_step(state.counters, sample.counters).deltas
         x: dict[Any, Any] = {
-            "sbe_delta": deltas.get("sbe_volatile", deltas.get("sbe_aggregate", 0)),
+            "sbe_delta": corrected_errors(deltas),
             "hours": hours,
             "watched_hours": watched,
         }
@@ -181,7 +191,7 @@ class EccTracker:
         jobs_at: JobsAt,
         fleet_rate: FleetRate,
     ) -> Finding | None:
-        sbe = deltas.get("sbe_volatile", deltas.get("sbe_aggregate", 0))
+        sbe = corrected_errors(deltas)
         model = self._trends.get(key)
         if model is None:
             if sbe <= 0:

@@ -22,6 +22,7 @@ from clickhouse_connect.driver import options as _clickhouse_options
 from clickhouse_connect.driver.client import Client
 
 from detectors.core import EccRow, Emitted
+from detectors.ecc import corrected_errors
 from detectors.sxid_catalog import classify_sxid
 from detectors.xid_catalog import classify_xid
 from schemas.ddl import INSERT_COLUMNS
@@ -81,7 +82,7 @@ def _job_row(event: JobEvent) -> list[Any]:
 def _ecc_row(row: EccRow) -> list[Any]:
     sample, deltas = row.sample, row.deltas
     if deltas:
-        sbe = deltas.get("sbe_volatile", deltas.get("sbe_aggregate", 0))
+        sbe = corrected_errors(deltas)
         dbe = max(deltas.get("dbe_volatile", 0), deltas.get("dbe_aggregate", 0))
     else:
         sbe = dbe = 0
