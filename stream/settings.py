@@ -177,6 +177,14 @@ class Settings:
         "after they were decided (ClickHouse flush, then the incidents topic; no checkpoint, no offset "
         "commit). 0: only at commit points.",
     )
+    worker_fetch_partition_bytes: int = setting(
+        16 * 1024**2,
+        "Worker: the most the broker returns of one input partition in one fetch. The consumer asks "
+        "for a partition's next records only once it has handed on the last fetch's, so each "
+        "emptied buffer costs the agent a round trip: 1 MiB (Faust's default) is 26 messages of "
+        "256 ECC samples, and the agent waited for its inputs half of a backlog's replay. At least "
+        "the broker's largest message; a fetch request stays capped at 50 MiB over its partitions.",
+    )
     worker_idle_seconds: float = setting(
         0.25,
         "Worker: an input partition silent this long, with nothing left to read (as the broker said "

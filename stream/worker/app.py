@@ -124,6 +124,7 @@ def build_app(settings: Settings, security: KafkaSecurity | None = None) -> faus
         # found in cluster metadata" on each healthy start.
         topic_disable_leader=True,
         broker_commit_every=1000,
+        consumer_max_fetch_size=settings.worker_fetch_partition_bytes,
         # Failover in seconds (docs/kafka.md#failover): a killed member's partitions wait for its
         # session to time out (Faust's 60 s default made 8 of a 9-minute kill test idle), unless a
         # replacement with its static instance id takes them back at once.
