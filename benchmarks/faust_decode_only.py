@@ -23,6 +23,8 @@ import time
 import faust
 import orjson
 
+from stream.settings import Settings
+
 
 def main() -> None:
     bootstrap, app_id, count, result_file, *topics = sys.argv[1:]
@@ -34,6 +36,7 @@ def main() -> None:
         web_enabled=False,
         autodiscover=False,
         consumer_auto_offset_reset="earliest",
+        consumer_max_fetch_size=Settings().worker_fetch_partition_bytes,  # the worker's
         topic_allow_declare=False,
         datadir=tempfile.mkdtemp(prefix="faust-decode-only-"),
     )

@@ -87,6 +87,8 @@ TOPIC_SETTINGS = tuple(name.removeprefix("FAULTSTREAM_TOPIC_") for name in Setti
 #: Topics every worker run gets afresh (the worker writes them; a second run must not read the first's).
 PER_RUN_TOPICS = ("JOBS_BY_NODE", "INCIDENTS", "DEAD_LETTERS", "CHECKPOINTS", "FLEET", "FLEET_BASELINES")
 POLL_SECONDS = 0.2
+#: The worker's fetch size of an input partition (its default), used by every consumer row.
+FETCH_PARTITION_BYTES = Settings().worker_fetch_partition_bytes
 #: Input topic setting -> the record kind its lines decode to.
 INPUT_KINDS = {"XID": "xid", "ECC": "ecc", "JOBS": "job"}
 #: The topic a Faust app (worker or decode-only agent) creates for its group's leader election.
@@ -260,7 +262,10 @@ async def bare_consumer(
     record kind), decode each line into its validated record as the worker does (row 1b)."""
     launched = time.perf_counter()
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        max_partition_fetch_bytes=FETCH_PARTITION_BYTES,  # the worker's, for the same round trips
     )
     await consumer.start()
     try:
