@@ -242,7 +242,7 @@ def build_app(settings: Settings, security: KafkaSecurity | None = None) -> faus
 
     @app.on_partitions_assigned.connect
     async def note_assigned(_app: Any, assigned: set[Any], **_: Any) -> None:
-        runtime.assigned = True
+        runtime.note_assigned()
 
     @app.task
     async def serve_metrics() -> None:

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from stream.worker.metric_defs import METRICS, MetricDef, MetricKind, MetricName
 
-__all__ = ["WorkerMetrics"]
+__all__ = ["InputCounters", "WorkerMetrics"]
 
 
 def _declared(name: MetricName, kind: MetricKind) -> MetricDef:
@@ -21,6 +22,13 @@ def _declared(name: MetricName, kind: MetricKind) -> MetricDef:
     if metric.kind != kind:
         raise TypeError(f"{name} is declared a {metric.kind}, not a {kind}")
     return metric
+
+
+class InputCounters(NamedTuple):
+    """What one input topic brought: messages and the records in them."""
+
+    messages: Counter
+    records: Counter
 
 
 class WorkerMetrics:
@@ -55,6 +63,17 @@ class WorkerMetrics:
         self.fleet_read_offset.set(-1)
         self.assignment_settled = self._gauge("faultstream_assignment_settled")
         self.commits = self._counter("faultstream_commits")
+        self._inputs: dict[str, InputCounters] = {}
+
+    def input(self, topic: str) -> InputCounters:
+        """The message and record counters of an input topic (kept: ``labels()`` per message
+        took a lock and a dict lookup each time)."""
+        counters = self._inputs.get(topic)
+        if counters is None:
+            counters = self._inputs[topic] = InputCounters(
+                self.events_in.labels(topic), self.records_in.labels(topic)
+            )
+        return counters
 
     def _counter(self, name: MetricName) -> Counter:
         metric = _declared(name, "counter")

@@ -69,6 +69,10 @@ _REFRESH_SECONDS = 0.1
 _LIVE_BACKLOG_RECORDS = 1600
 #: Incident updates go out early at most every this many times the last early flush took.
 _PUBLISH_COST_FACTOR = 4.0
+#: A partition's backlog may be judged from a highwater read this long ago: the commit point at
+#: the end of a backlog comes at most this much later (the broker's highwater of a backlog being
+#: replayed is its end, which does not move).
+_HIGHWATER_SECONDS = 0.01
 #: A partition with more to read that delivered nothing for this long is read again.
 STALL_SECONDS = 15.0
 
@@ -161,6 +165,13 @@ class WorkerRuntime:
         self._stall_ends: dict[Any, int] = {}  # end offsets fetched for the next stall check
         #: Messages fetched for the detect agent and not yet delivered to it (set by the agent).
         self.input_backlog: Callable[[], int] = lambda: 0
+        #: The consumer's assignment as of the generation it was read in (None: read it again).
+        #: Asked of the consumer thread for every message it cost a tenth of the worker's own
+        #: time at one record a message; it changes only in a rebalance.
+        self._assignment: tuple[int, frozenset[Any]] | None = None
+        #: Faust's highwater of each input partition, and when it was read: asked once per
+        #: message per topic it cost as much as the assignment (see :meth:`_highwater`).
+        self._highwaters: dict[Any, tuple[int | None, float]] = {}
 
     # -- input ------------------------------------------------------------------------------
 
@@ -172,7 +183,8 @@ class WorkerRuntime:
         if self._stale(message):
             return
         topic = message.topic
-        self.metrics.events_in.labels(topic).inc()
+        counted = self.metrics.input(topic)
+        counted.messages.inc()
         state = await self._partition_state(message.partition)
         if not await self._next_in_line(message):
             return
@@ -195,7 +207,7 @@ class WorkerRuntime:
                 add(kind, item.ts_ms, (item, line))
         if good:
             self.policy.good(source, good)
-            self.metrics.records_in.labels(topic).inc(good)
+            counted.records.inc(good)
             state.records_a_message = good
         await self._release(state)
 
@@ -207,7 +219,8 @@ class WorkerRuntime:
         if self._stale(message):
             return
         source = f"{message.topic}/{message.partition}"
-        self.metrics.events_in.labels(message.topic).inc()
+        counted = self.metrics.input(message.topic)
+        counted.messages.inc()
         if not await self._next_in_line(message):
             return
         target = self.settings.topic_jobs_by_node
@@ -230,7 +243,7 @@ class WorkerRuntime:
                     lines.append((key, job.ts_ms, line))
         if good:
             self.policy.good(source, good)
-            self.metrics.records_in.labels(message.topic).inc(good)
+            counted.records.inc(good)
         sends = [
             await self.topics.jobs_by_node.send(
                 key=lines[0][0],
@@ -268,10 +281,16 @@ class WorkerRuntime:
     def _stale(self, message: Any) -> bool:
         """Fetched before a rebalance: whoever owns the partition now reads it again from the
         committed offset."""
-        return bool(
-            message.generation_id != self.app.consumer_generation_id
-            or message.tp not in self.app.consumer.assignment()
-        )
+        generation = self.app.consumer_generation_id
+        if message.generation_id != generation:
+            return True
+        known = self._assignment
+        if known is None or known[0] != generation:
+            assigned = frozenset(self.app.consumer.assignment())
+            if self.app.rebalancing:
+                return message.tp not in assigned  # changing: not worth remembering
+            known = self._assignment = (generation, assigned)
+        return message.tp not in known[1]
 
     async def _next_in_line(self, message: Any) -> bool:
         """Whether a delivered message is its partition's next one (apply it). A repeat is
@@ -631,17 +650,24 @@ class WorkerRuntime:
     def _lag(self, state: PartitionWorker, topic: str) -> int | None:
         """Messages of ``topic`` in the partition not applied yet, by Faust's highwater (learnt
         from fetch responses: no request); None before the first fetch."""
-        highwater = self._highwater(TP(topic, state.partition))
+        highwater = self._highwater(TP(topic, state.partition), _HIGHWATER_SECONDS)
         return None if highwater is None else max(highwater - state.applied.get(topic, -1) - 1, 0)
 
-    def _highwater(self, tp: Any) -> int | None:
+    def _highwater(self, tp: Any, max_age: float = 0.0) -> int | None:
         """Faust's highwater of a partition; None if unknown, or if a rebalance has taken the
         partition away and its revocation has not reached :meth:`forget` yet (aiokafka asserts
-        then: a worker crashed on it, between two rebalances of a kill test)."""
+        then: a worker crashed on it, between two rebalances of a kill test). With ``max_age``,
+        an answer read at most that many seconds ago will do."""
+        now = time.monotonic()
+        if max_age > 0:
+            cached = self._highwaters.get(tp)
+            if cached is not None and now - cached[1] < max_age:
+                return cached[0]
         try:
             highwater: int | None = self.app.consumer.highwater(tp)
         except AssertionError:
-            return None
+            highwater = None
+        self._highwaters[tp] = (highwater, now)
         return highwater
 
     def _still_ours(self, state: PartitionWorker) -> Callable[[], bool]:
@@ -796,6 +822,8 @@ class WorkerRuntime:
         its committed offset, so progress past the checkpoint is redone by whoever gets it."""
         self.positions.forget(revoked)
         self.assigned = False  # until the group's next assignment (a revocation starts a rebalance)
+        self._assignment = None
+        self._highwaters.clear()
         for tp in revoked:
             self._probed.discard(tp.partition)
             if tp.topic == self.topics.jobs:
@@ -804,6 +832,11 @@ class WorkerRuntime:
                 self._rekey_pending = deque(p for p in self._rekey_pending if p[0] != tp.partition)
             if tp.topic in self.topics.kinds and tp.partition in self.partitions:
                 self._drop(tp.partition)
+
+    def note_assigned(self) -> None:
+        """The group assigned this worker its partitions (after a revocation, or at start)."""
+        self.assigned = True
+        self._assignment = None
 
     def _drop(self, number: int) -> None:
         """Forget a partition's state and what its batches hold."""
