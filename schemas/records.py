@@ -22,6 +22,7 @@ from schemas.timeutil import format_ts, parse_iso_ts, parse_ts
 
 __all__ = [
     "ECC_COUNTERS",
+    "ECC_PLAIN_COUNT_LIMIT",
     "RECORD_KIND",
     "XID_DEVICES",
     "EccSample",
@@ -451,6 +452,12 @@ _INT32_MAX: Final = 0x7FFFFFFF
 _FP64_BLANK: Final = 0x800000000000
 
 
+#: An ECC counter below this is never a DCGM blank: a decoder that checked each counter of a
+#: sample is a known name (:data:`ECC_COUNTERS`) with ``0 <= value < ECC_PLAIN_COUNT_LIMIT`` may
+#: say so to :meth:`EccSample.from_fields` (larger values, rare, take the full check).
+ECC_PLAIN_COUNT_LIMIT: Final = _INT32_BLANK
+
+
 def _is_blank(count: int) -> bool:
     return count >= _INT32_BLANK and (count <= _INT32_MAX or count >= _FP64_BLANK)
 
@@ -553,10 +560,14 @@ class EccSample:
         pci_bus_id: str,
         counters: object,
         source: str = "",
+        counters_checked: bool = False,
     ) -> EccSample | None:
         """The sample of fields already decoded (``pci_bus_id`` canonical or ``""``), if each holds
         what :meth:`from_dict` accepts; None if any might not (then :meth:`from_dict` decides, and
         names the fault). ``counters`` becomes the sample's own: pass a dict no one else keeps.
+        ``counters_checked``: the decoder has checked every counter is a known name with a value
+        in ``[0, ECC_PLAIN_COUNT_LIMIT)`` (a typed JSON decoder does it in C; the per-counter loop
+        was half of an ECC line's decoding).
 
         The worker's decoder (``stream.kafka.codec``) calls it with the fields of a typed JSON
         decoding, :meth:`from_dict` with those of a JSON object.
@@ -575,10 +586,10 @@ class EccSample:
             and (gpu is None or (type(gpu) is int and 0 <= gpu <= MAX_UINT16))
             and (gpu is not None or pci_bus_id)
             and type(counters) is dict
-            and counters.keys() <= _ECC_COUNTER_NAMES
+            and (counters_checked or counters.keys() <= _ECC_COUNTER_NAMES)
         ):
             return None
-        for count in counters.values():
+        for count in () if counters_checked else counters.values():
             if (
                 type(count) is not int
                 or not 0 <= count <= MAX_UINT64

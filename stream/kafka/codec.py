@@ -16,12 +16,22 @@ event time. Dead-letter messages are made by :mod:`stream.sinks.dead_letters`.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from typing import Annotated, Literal
 
 import msgspec
 import orjson
 from aiokafka.partitioner import murmur2
 
-from schemas.records import EccSample, InvalidRecord, JobEvent, Record, XidEvent, normalize_pci_bus_id
+from schemas.records import (
+    ECC_COUNTERS,
+    ECC_PLAIN_COUNT_LIMIT,
+    EccSample,
+    InvalidRecord,
+    JobEvent,
+    Record,
+    XidEvent,
+    normalize_pci_bus_id,
+)
 from schemas.timeutil import parse_iso_ts
 
 __all__ = [
@@ -50,15 +60,21 @@ _PARSERS: Mapping[str, Callable[[object, str], Record]] = {
 }
 
 
+#: A counter as the typed decoder checks it: a known name, a value no DCGM blank can be.
+_EccCounterName = Literal[tuple(ECC_COUNTERS)]  # type: ignore[valid-type]
+_PlainCount = Annotated[int, msgspec.Meta(ge=0, lt=ECC_PLAIN_COUNT_LIMIT)]
+
+
 class _EccWire(msgspec.Struct):
     """An ECC sample's line (``ts`` as integer epoch ms, or ISO-8601): decoded straight
-    into typed fields, without the dict a generic JSON decoder builds. Nine lines in ten of a
-    cluster's stream are ECC samples; this takes their decoding from ~2.9 to ~1.5 µs a record."""
+    into typed fields, without the dict a generic JSON decoder builds, its counters checked in C.
+    Nine lines in ten of a cluster's stream are ECC samples; this takes their decoding from ~2.9
+    to ~1.5 µs a record, and checking the counters here from ~4.4 to ~2.2 (a slower day)."""
 
     ts: int | str
     cluster: str
     node: str
-    counters: dict[str, int]
+    counters: dict[_EccCounterName, _PlainCount]  # type: ignore[valid-type]
     gpu: int | None = None
     pci_bus_id: str | None = None
 
@@ -77,7 +93,9 @@ def _decode_ecc_wire(value: bytes, source: str) -> EccSample | None:
         pci_bus_id = "" if not pci else normalize_pci_bus_id(pci)
     except (msgspec.DecodeError, ValueError):
         return None
-    return EccSample.from_fields(ts_ms, wire.cluster, wire.node, wire.gpu, pci_bus_id, wire.counters, source)
+    return EccSample.from_fields(
+        ts_ms, wire.cluster, wire.node, wire.gpu, pci_bus_id, wire.counters, source, counters_checked=True
+    )
 
 
 def record_key(record: Record) -> bytes:

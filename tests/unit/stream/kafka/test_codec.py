@@ -103,6 +103,7 @@ _ECC_MUTATIONS = [
     None, 0, -1, 1, True, 1.0, 1.5, "", " ", "x", "2024-01-15T10:23:45.5+01:00", "2024-02-30T00:00:00Z",
     "PCI:0000:3B:00", "nonsense", [], {}, {"sbe_volatile": 1}, {"bogus": 1}, {"sbe_volatile": -1},
     {"sbe_volatile": True}, {"sbe_volatile": 1.0}, {"sbe_volatile": 2**64}, {"sbe_volatile": 2**31 - 8},
+    {"sbe_volatile": 2**31 - 17}, {"sbe_volatile": 2**31 - 16}, {"sbe_volatile": 2**40}, {"dbe_volatile": 0, "bogus": 0},
     10**20, 2**63, 946_684_799_999, 4_102_444_800_000,
 ]  # fmt: skip
 
