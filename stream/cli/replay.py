@@ -86,6 +86,7 @@ def run_replay(args: argparse.Namespace) -> int:
     int
         The exit code: 0 (errors are raised and turned into exit codes by :func:`stream.cli.main.main`).
     """
+    from stream.gc_tuning import tune_for_streaming
     from stream.replay import replay
     from stream.reports.text import build_report, render_text
     from stream.sinks.store import connect
@@ -95,6 +96,7 @@ def run_replay(args: argparse.Namespace) -> int:
     if args.to:
         return _publish(args, settings.with_overrides(kafka_bootstrap=_kafka_address(args.to)), options)
     client = connect(settings)
+    tune_for_streaming()
     dead_letter_file = args.dead_letters
     if dead_letter_file is None and settings.is_embedded:
         dead_letter_file = Path(settings.data_dir) / "dead-letters.jsonl"

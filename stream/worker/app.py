@@ -39,6 +39,7 @@ from typing import Any
 import faust
 from faust.tables import TableManager
 
+from stream.gc_tuning import tune_for_streaming
 from stream.kafka.security import KafkaSecurity
 from stream.settings import Settings
 from stream.sinks.clickhouse import ClickHouseSink, FlushStats
@@ -278,6 +279,7 @@ def build_app(settings: Settings, security: KafkaSecurity | None = None) -> faus
 def run_worker(settings: Settings, security: KafkaSecurity | None = None) -> None:
     """Run a worker until it is stopped (``faultstream worker``)."""
     app = build_app(settings, security)
+    tune_for_streaming()
     # Faust's command line reads sys.argv, and would otherwise start a web server on 0.0.0.0:6066,
     # which two workers on one host cannot share.
     sys.argv = ["faultstream-worker", "worker", "-l", "warn", "--without-web"]
