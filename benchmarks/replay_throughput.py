@@ -8,7 +8,8 @@ median of ``--runs`` runs, and the ratio is what to compare (these machines are 
     python benchmarks/replay_throughput.py --workdir /tmp/bench FILE...
 
 The decode baseline parses every line into validated records (the cheapest a pipeline can
-be); the replay adds the event-time merge, the detection core and the ClickHouse inserts.
+be); the replay adds the event-time merge, the detection core and the ClickHouse inserts. Both
+run with the garbage collector tuned as ``faultstream replay`` tunes it (``stream/gc_tuning.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from stream.gc_tuning import tune_for_streaming
 from stream.inputs.files import read_records
 from stream.inputs.parsers.options import ParseOptions
 from stream.replay import replay
@@ -57,6 +59,8 @@ def main() -> int:
     size = sum(p.stat().st_size for p in files)
     print(f"input: {len(files)} files, {size / 1e6:,.1f} MB")
 
+    # As `faultstream replay` does before its first record; both sides run with it.
+    tune_for_streaming()
     options = ParseOptions(cluster="bench")
     decode_rates = []
     for run in range(args.runs):
