@@ -187,3 +187,82 @@ def test_an_assigned_partition_whose_checkpoint_holds_records_is_restored_withou
     runtime.forget({empty})
     asyncio.run(runtime._restore_held())
     assert runtime.checkpoints.loads == [1, 2, 3, 2]  # type: ignore[attr-defined]  # assigned again: read again
+
+
+class Message:
+    def __init__(self, tp: Any, generation: int) -> None:
+        self.tp = tp
+        self.topic = tp.topic
+        self.partition = tp.partition
+        self.generation_id = generation
+
+
+class CountingConsumer(FakeConsumer):
+    """A consumer whose assignment can change, counting how often it is asked."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.assigned: set[Any] = {ECC}
+        self.asked = 0
+        self.highwater_of: dict[Any, int] = {ECC: 500}
+        self.highwater_asked = 0
+
+    def assignment(self) -> set[Any]:
+        self.asked += 1
+        return set(self.assigned)
+
+    def highwater(self, tp: Any) -> int:
+        self.highwater_asked += 1
+        return self.highwater_of[tp]
+
+
+def counting_runtime() -> tuple[WorkerRuntime, FakeApp, CountingConsumer]:
+    runtime, app = make_runtime()
+    consumer = app.consumer = CountingConsumer()
+    app.consumer_generation_id = 3  # type: ignore[attr-defined]
+    return runtime, app, consumer
+
+
+def test_the_assignment_is_asked_once_a_generation_and_again_after_a_revocation() -> None:
+    runtime, app, consumer = counting_runtime()
+    other = TP("t.ecc", 1)
+    assert [runtime._stale(Message(ECC, 3)) for _ in range(5)] == [False] * 5
+    assert runtime._stale(Message(other, 3)) is True
+    assert consumer.asked == 1
+    assert runtime._stale(Message(ECC, 2)) is True  # fetched in an older generation
+    # A rebalance takes partition 0 away and gives 1: the revocation forgets the assignment.
+    runtime.forget({ECC})
+    consumer.assigned = {other}
+    app.consumer_generation_id = 4  # type: ignore[attr-defined]
+    runtime.note_assigned()
+    assert runtime._stale(Message(ECC, 4)) is True
+    assert runtime._stale(Message(other, 4)) is False
+    assert consumer.asked == 2
+
+
+def test_while_rebalancing_the_assignment_is_asked_each_time_and_not_kept() -> None:
+    runtime, app, consumer = counting_runtime()
+    app.rebalancing = True
+    assert runtime._stale(Message(ECC, 3)) is False
+    consumer.assigned = set()
+    assert runtime._stale(Message(ECC, 3)) is True
+    app.rebalancing = False
+    consumer.assigned = {ECC}
+    assert runtime._stale(Message(ECC, 3)) is False
+    assert consumer.asked == 3
+
+
+def test_a_backlog_is_judged_from_a_highwater_at_most_ten_milliseconds_old(clock: list[float]) -> None:
+    runtime, _app, consumer = counting_runtime()
+    state = type("State", (), {"partition": 0, "applied": {"t.ecc": 99}})()
+    assert runtime._backlog(state) == 400  # type: ignore[arg-type]
+    consumer.highwater_of[ECC] = 600
+    clock[0] += 0.005
+    assert runtime._backlog(state) == 400  # type: ignore[arg-type]
+    clock[0] += 0.01
+    assert runtime._backlog(state) == 500  # type: ignore[arg-type]
+    assert consumer.highwater_asked == 2
+    # Anything asking for the highwater itself gets it fresh, and refreshes what the backlog uses.
+    consumer.highwater_of[ECC] = 700
+    assert runtime._highwater(ECC) == 700
+    assert runtime._backlog(state) == 600  # type: ignore[arg-type]
