@@ -5,7 +5,7 @@ of those, walks the older generations too. A worker allocates several objects pe
 decoded record, its deltas, tuples of the merge) and holds a large, long-lived heap beside them:
 the modules, Faust's services, every GPU's detector state. Timed with ``gc.callbacks`` on a
 100-node, 30-day backlog (109,368 records) the collector took 1.0-1.7 s of a 10 s worker run;
-with the start-up heap frozen and the thresholds below, 0.3 s. Records are not cyclic, so the
+with the start-up heap frozen and the thresholds below, 0.3-0.4 s. Records are not cyclic, so the
 rarer collections leave little garbage waiting (reference counting frees the rest at once).
 """
 
