@@ -44,10 +44,12 @@ def test_kills_a_broker_restart_and_a_clickhouse_outage_lose_nothing(
     own_broker: tuple[str, Path], tmp_path: Path, embedded_store: Path
 ) -> None:
     bootstrap, folder = own_broker
-    # The outage once records flow (so flushes do fail: a worker has rows at its next commit
-    # point), the broker restart and two kills while the input is worked.
+    # The outage from the publisher's start, so that the first records meet it: a worker has rows
+    # at its next commit point and its flush fails (from 2 %, the loop once first saw 43 %, killed
+    # first, and the rebalance outlasted the outage). Then the broker restart and two kills while
+    # the input is worked.
     plan = ChaosPlan(seed=15, kills=2, workers=2, outage_seconds=8, broker_down_seconds=2)
-    plan.outage_at, plan.kill_at, plan.broker_at = 0.02, [0.3, 0.6], 0.45
+    plan.outage_at, plan.kill_at, plan.broker_at = 0.0, [0.3, 0.6], 0.45
     report = run_chaos(
         bootstrap, folder, tmp_path / "run", [LOGS], embedded_store,
         partitions=2, workers=2, kills=2, outage_seconds=8, records_per_message=32, plan=plan, timeout=400,

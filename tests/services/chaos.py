@@ -334,15 +334,8 @@ def run_chaos(
                     slot.start()
             done = _committed(env)
             fraction = _fraction(done, env) if done is not None else None
-            if fraction is not None and next_kill < kills and fraction >= plan.kill_at[next_kill]:
-                slot = slots[plan.kill_whom[next_kill]]
-                slot.kill()
-                slot.note(f"kill -9 number {next_kill + 1}")
-                report.kills += 1
-                event(f"kill -9 {slot.name} at {fraction:.0%} committed (kill {report.kills})")
-                time.sleep(plan.restart_after[next_kill])
-                slot.start()
-                next_kill += 1
+            # The outage first when both are due: a kill's rebalance could pass the whole outage
+            # with no flush to fail.
             if (
                 not outage_done
                 and outage_started is None
@@ -352,6 +345,23 @@ def run_chaos(
                 outage.touch()
                 outage_started = time.monotonic()
                 event(f"ClickHouse outage begins at {fraction:.0%} committed")
+            # A kill due during the outage waits for its first failed flush (or its end): the
+            # rebalance it starts could otherwise pass the outage with nothing flushed.
+            outage_untested = outage_started is not None and not outage_done and outage_mark is None
+            if (
+                fraction is not None
+                and next_kill < kills
+                and fraction >= plan.kill_at[next_kill]
+                and not outage_untested
+            ):
+                slot = slots[plan.kill_whom[next_kill]]
+                slot.kill()
+                slot.note(f"kill -9 number {next_kill + 1}")
+                report.kills += 1
+                event(f"kill -9 {slot.name} at {fraction:.0%} committed (kill {report.kills})")
+                time.sleep(plan.restart_after[next_kill])
+                slot.start()
+                next_kill += 1
             if outage_started is not None and not outage_done:
                 # The offsets committed from the first failed flush on (commit points that flushed
                 # nothing may pass before it: the checkpoint holds their state).
