@@ -12,11 +12,16 @@ unconditionally when unprotected and keeps River's behaviour otherwise.
 
 The attributes are ThresholdFilter's (``anomaly_detector``, ``threshold``,
 ``protect_anomaly_detector``), so checkpoints pickled when this class derived from it load.
+
+A plain ``clone()`` (the per-key model made from a template) unpickles a pristine clone made once:
+River's clone walks the parameters through ``inspect.signature``, 150-320 µs for our models, and
+a job-aware storm model is cloned for every job run.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import pickle
+from typing import Any, Self
 
 from river.base import AnomalyDetector, AnomalyFilter
 from river.base.typing import FeatureName
@@ -56,6 +61,28 @@ class Threshold(AnomalyFilter):
     ) -> None:
         super().__init__(anomaly_detector=anomaly_detector, protect_anomaly_detector=protect_anomaly_detector)
         self.threshold = threshold
+
+    def clone(self, new_params: dict[str, Any] | None = None, include_attributes: bool = False) -> Self:
+        """A fresh, unfitted copy with the same parameters (River's ``clone``).
+
+        >>> from detectors.ecc_trend import EccTrendScorer
+        >>> template = Threshold(EccTrendScorer(), threshold=1.0, protect_anomaly_detector=False)
+        >>> copy = template.clone()
+        >>> copy.learn_one({"sbe_delta": 4, "hours": 1.0})
+        >>> copy.anomaly_detector.recent_deltas, template.clone().anomaly_detector.recent_deltas
+        ((4,), ())
+        """
+        if new_params or include_attributes:
+            return super().clone(new_params, include_attributes)
+        pristine: bytes | None = self.__dict__.get("_pristine")
+        if pristine is None:
+            # Made on first use, not in __init__: a template unpickled from an older checkpoint
+            # has none yet. Parameters are never changed in place (River's convention), so the
+            # copy stays the template's.
+            pristine = pickle.dumps(super().clone(), protocol=pickle.HIGHEST_PROTOCOL)
+            self.__dict__["_pristine"] = pristine
+        fresh: Self = pickle.loads(pristine)
+        return fresh
 
     def classify(self, score: float) -> bool:
         """Whether ``score`` is an anomaly."""

@@ -91,6 +91,30 @@ def test_model_state_is_small_and_picklable():
     assert restored.score_one({"t": 0.6}) == storm.score_one({"t": 0.6})
 
 
+@pytest.mark.parametrize(
+    ("template", "sample"),
+    [
+        (storm_filter(window_hours=6, min_events=4), {"t": 0.5}),
+        (spread_filter(window_hours=1, min_events=3, min_gpus=2), {"t": 0.5, "gpu": "0"}),
+        (ecc_trend_filter(window=12, floor_per_day=2.0), {"sbe_delta": 1, "hours": 1.0}),
+    ],
+    ids=["storm", "spread", "ecc trend"],
+)
+def test_a_clone_is_rivers_fresh_unfitted_copy_each_time(template, sample):
+    from river.base import AnomalyFilter
+
+    rivers = AnomalyFilter.clone(template)  # River's own, through the parameters
+    first, second = template.clone(), template.clone()
+    assert pickle.dumps(first) == pickle.dumps(rivers) == pickle.dumps(second)
+    assert first is not second and first.anomaly_detector is not second.anomaly_detector
+    for _ in range(3):
+        first.learn_one(sample)
+    assert pickle.dumps(first) != pickle.dumps(second)  # learning one leaves the others alone
+    assert pickle.dumps(template.clone()) == pickle.dumps(rivers)
+    # Asked with River's arguments, it is River's clone.
+    assert template.clone(include_attributes=True).threshold == template.threshold
+
+
 def test_poisson_surprise_is_monotone():
     values = [poisson_surprise(n, 0.3) for n in range(6)]
     assert values == sorted(values) and values[0] == 0.0
