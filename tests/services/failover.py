@@ -206,11 +206,11 @@ def kill_during_replay(
     one ``kills`` times (see the module's docstring), into ``run``. ``replace``: "at once" (a
     supervisor restarting the worker) or "later" (a worker lost for good: the others take its
     partitions over when its session times out; its replacement starts after that, so that the
-    group keeps its size for the next kill). ``rekeyer_first``: the first kill comes a second
-    after the workers are up and takes the worker re-keying the jobs topic then, if one is: its
-    copies sent since its last commit are sent again by its successor, the repeats the workers
-    must skip (the jobs topic has one partition, re-keyed in the first seconds of a backlog: a
-    kill at a random moment can miss it). The caller stops ``run.alive`` in any case (after
+    group keeps its size for the next kill). ``rekeyer_first``: the first kill takes the worker
+    re-keying the jobs topic then, if one is: its copies sent since its last commit are sent
+    again by its successor, the repeats the workers must skip (the jobs topic has one partition,
+    re-keyed in the first seconds of a backlog: killing the other worker first once left no
+    repeat to test). The caller stops ``run.alive`` in any case (after
     waiting for them to catch up if it compares results)."""
     assert replace in ("at once", "later"), replace
     rng = random.Random(seed)
@@ -248,14 +248,12 @@ def kill_during_replay(
             )  # fmt: skip
         first = 0  # the victims in turn, from this one
         for kill in range(kills):
+            time.sleep(rng.uniform(1.5, 3.0))  # at a random moment of the work (commits come every 2 s)
             if kill == 0 and rekeyer_first:
-                time.sleep(1.0)
                 rekeyer = _rekeying(run.alive, env["FAULTSTREAM_TOPIC_JOBS"])
                 who = "nobody" if rekeyer is None else names[rekeyer]
                 run.events.append((time.time(), f"re-keying the jobs now: {who}"))
                 first = rekeyer or 0
-            else:
-                time.sleep(rng.uniform(1.5, 3.0))  # at a random moment of the work (commits every 2 s)
             if publisher is not None:
                 assert publisher.poll() is None, f"the replay ended before kill {kill + 1}: use a lower rate"
             turn = (first + kill) % workers
