@@ -36,6 +36,8 @@ CHECKPOINT_COST_FACTOR = 25.0
 #: Event time after a partition's first hand-over in which it hands over at every ECC-reference
 #: period: its GPUs' warm-up and reference lag (48 h), when their samples may wait for the fleet.
 _YOUNG_HISTORY_MS = 2 * DAY_MS
+#: How fast a topic's records-a-message estimate forgets a large message: a fiftieth a message.
+_RECORDS_A_MESSAGE_DECAY = 0.98
 
 #: What the event-time merge holds: a decoded record and the line it came from (for the checkpoint).
 HeldLine = tuple[Record, bytes]
@@ -64,8 +66,11 @@ class PartitionWorker:
     #: and how long that took (a ClickHouse flush, then the incidents' acks).
     last_publish: float = field(default_factory=time.monotonic)
     publish_seconds: float = 0.0
-    #: Records of the partition's last message: turns a backlog of messages into one of records.
-    records_a_message: int = 1
+    #: Records a message of each input topic lately: the largest, shrinking by a fiftieth each
+    #: message after it (turns a backlog of messages into one of records). The last message
+    #: alone can be a batch's short tail, a few records where the others hold 256: a backlog then
+    #: looked live, and early publications flushed ClickHouse through it.
+    records_a_message: dict[str, float] = field(default_factory=dict)
     #: Whether the partition has been behind a backlog since its last commit point (it commits
     #: as soon as it catches up).
     behind: bool = False
@@ -113,6 +118,12 @@ class PartitionWorker:
         # their samples wait for the fleet's hourly ECC reference: every partition hands over at
         # each hour then, so that one waiting does not wait for the others' commit points.
         return self.waiting_for_fleet or horizon - self.first_horizon_ms < _YOUNG_HISTORY_MS
+
+    def note_message_size(self, topic: str, records: int) -> None:
+        """Count a message of ``topic`` holding ``records`` good records into
+        :attr:`records_a_message`."""
+        sizes = self.records_a_message
+        sizes[topic] = max(float(records), sizes.get(topic, 1.0) * _RECORDS_A_MESSAGE_DECAY)
 
     def commit_interval(self, flush_seconds: float) -> float:
         """Seconds between two commit points: ``flush_seconds``, or longer when the checkpoint is

@@ -208,7 +208,7 @@ class WorkerRuntime:
         if good:
             self.policy.good(source, good)
             counted.records.inc(good)
-            state.records_a_message = good
+            state.note_message_size(topic, good)
         await self._release(state)
 
     async def rekey(self, event: Any) -> None:
@@ -609,15 +609,15 @@ class WorkerRuntime:
             # a third of the embedded replay's speed). Early facts are safe: a partition restarted
             # from its checkpoint hands the same facts over again and the stage drops repeats.
             await self.commit_point.hand_over(state, state.announced_idle)
-        backlog = self._backlog(state)
+        backlog, backlog_records = self._backlog(state)
         # The end of a backlog (a restart, a replay of history): commit at once rather than up to
         # a flush interval later, so the group's lag reads 0 as soon as it is true.
-        if backlog * state.records_a_message > _LIVE_BACKLOG_RECORDS:
+        if backlog_records > _LIVE_BACKLOG_RECORDS:
             state.behind = True  # until the next commit point
         caught_up = state.behind and backlog == 0
         if self._commit_due(state, caught_up):
             await self.commit(state)
-        elif self._publish_due(state, backlog):
+        elif self._publish_due(state, backlog_records):
             await self.commit_point.publish(state, self._still_ours(state))
 
     def _commit_due(self, state: PartitionWorker, caught_up: bool) -> bool:
@@ -628,7 +628,7 @@ class WorkerRuntime:
             >= state.commit_interval(self.settings.worker_flush_seconds)
         )
 
-    def _publish_due(self, state: PartitionWorker, backlog: int) -> bool:
+    def _publish_due(self, state: PartitionWorker, backlog_records: float) -> bool:
         """Incident updates wait at most ``worker_publish_seconds`` for the commit point — once
         the partition is live. Behind a backlog the evidence is older than the commit interval
         anyway, and each early publication costs a ClickHouse flush (one every quarter second
@@ -640,12 +640,18 @@ class WorkerRuntime:
             and every > 0
             and time.monotonic() - state.last_publish
             >= max(every, _PUBLISH_COST_FACTOR * state.publish_seconds)
-            and backlog * state.records_a_message <= _LIVE_BACKLOG_RECORDS
+            and backlog_records <= _LIVE_BACKLOG_RECORDS
         )
 
-    def _backlog(self, state: PartitionWorker) -> int:
-        """Messages waiting on the partition's input topics."""
-        return sum(self._lag(state, topic) or 0 for topic in self.topics.kinds)
+    def _backlog(self, state: PartitionWorker) -> tuple[int, float]:
+        """Messages waiting on the partition's input topics, and about how many records they hold."""
+        messages, records = 0, 0.0
+        sizes = state.records_a_message
+        for topic in self.topics.kinds:
+            lag = self._lag(state, topic) or 0
+            messages += lag
+            records += lag * sizes.get(topic, 1.0)
+        return messages, records
 
     def _lag(self, state: PartitionWorker, topic: str) -> int | None:
         """Messages of ``topic`` in the partition not applied yet, by Faust's highwater (learnt

@@ -11,6 +11,7 @@ from faust.types import TP
 import stream.worker.runtime as runtime_module
 from stream.settings import Settings
 from stream.worker.metrics import WorkerMetrics
+from stream.worker.partition import PartitionWorker
 from stream.worker.runtime import STALL_SECONDS, WorkerRuntime, WorkerStalled, WorkerTopics
 
 ECC = TP("t.ecc", 0)
@@ -254,15 +255,29 @@ def test_while_rebalancing_the_assignment_is_asked_each_time_and_not_kept() -> N
 
 def test_a_backlog_is_judged_from_a_highwater_at_most_ten_milliseconds_old(clock: list[float]) -> None:
     runtime, _app, consumer = counting_runtime()
-    state = type("State", (), {"partition": 0, "applied": {"t.ecc": 99}})()
-    assert runtime._backlog(state) == 400  # type: ignore[arg-type]
+    state = type("State", (), {"partition": 0, "applied": {"t.ecc": 99}, "records_a_message": {}})()
+    assert runtime._backlog(state) == (400, 400)  # type: ignore[arg-type]
     consumer.highwater_of[ECC] = 600
     clock[0] += 0.005
-    assert runtime._backlog(state) == 400  # type: ignore[arg-type]
+    assert runtime._backlog(state) == (400, 400)  # type: ignore[arg-type]
     clock[0] += 0.01
-    assert runtime._backlog(state) == 500  # type: ignore[arg-type]
+    assert runtime._backlog(state) == (500, 500)  # type: ignore[arg-type]
     assert consumer.highwater_asked == 2
     # Anything asking for the highwater itself gets it fresh, and refreshes what the backlog uses.
     consumer.highwater_of[ECC] = 700
     assert runtime._highwater(ECC) == 700
-    assert runtime._backlog(state) == 600  # type: ignore[arg-type]
+    assert runtime._backlog(state) == (600, 600)  # type: ignore[arg-type]
+
+
+def test_a_backlog_in_records_counts_a_topics_large_messages_not_its_last_short_one(
+    clock: list[float],
+) -> None:
+    runtime, _app, _consumer = counting_runtime()
+    state = type("State", (), {"partition": 0, "applied": {"t.ecc": 99}, "records_a_message": {}})()
+    for records in (256, 256, 7):  # a batch's short tail last
+        PartitionWorker.note_message_size(state, ECC.topic, records)  # type: ignore[arg-type]
+    assert runtime._backlog(state) == (400, 400 * 256 * 0.98)  # type: ignore[arg-type]
+    for _ in range(200):  # a producer sending small messages from now on is believed, gradually
+        PartitionWorker.note_message_size(state, ECC.topic, 1)  # type: ignore[arg-type]
+    messages, records = runtime._backlog(state)  # type: ignore[arg-type]
+    assert messages == 400 and records == pytest.approx(400 * 256 * 0.98**201)  # ~4 a message
