@@ -172,7 +172,9 @@ def run_files(
         When too many of a file's records are bad.
     """
     started = time.perf_counter()
-    inputs = MergedInputs(paths, options, fmt, settings.allowed_lateness_seconds * 1000)
+    inputs = MergedInputs(
+        paths, options, fmt, settings.allowed_lateness_seconds * 1000, settings.parse_ahead_min_bytes
+    )
     policy = DeadLetterPolicy.from_settings(settings)
     pipeline = RecordPipeline(core, sink, dead_letters or NoDeadLetters(), settings.allowed_lateness_seconds)
     summary = ReplaySummary(sources=inputs.sources)
@@ -202,6 +204,7 @@ def run_files(
                     progress(inputs.bytes_done(), inputs.total_bytes)
         summary.record(pipeline.finish())
     finally:
+        inputs.close()
         summary.record(pipeline.drain())
         if flush is not None:
             flush(True)

@@ -97,6 +97,12 @@ class Settings:
         "good ones came before (0: no limit).",
     )
     sink_batch_rows: int = setting(50_000, "Rows buffered per table before a ClickHouse insert.")
+    parse_ahead_min_bytes: int = setting(
+        8 * 1024 * 1024,
+        "replay and replay --to: input files at least this large are parsed in a helper process, on "
+        "another CPU, while the replay runs what it parsed (the same records; skipped on one CPU). "
+        "0: parse every file in process.",
+    )
     kafka_bootstrap: str = setting(
         "127.0.0.1:9092",
         "Kafka bootstrap servers (host:port, comma-separated) for init-kafka, replay --to, worker, tail.",

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from schemas.records import InvalidRecord, Record
+from stream.inputs.parse_ahead import ParsedAhead, parse_ahead_wanted
 from stream.inputs.parsers import (
     Format,
     detect_format,
@@ -132,27 +133,53 @@ class MergedInputs:
     Iterating yields ``(item, stats)``: a record, a parse failure (:class:`InvalidRecord`) or a
     late record (:class:`LateRecord`), with the counters of the file it came from. Files are taken in
     path order and ties keep that order, so the same set of files always gives the same stream.
+    Files of at least ``parse_ahead_min_bytes`` (0: none) are parsed in helper processes
+    (:mod:`stream.inputs.parse_ahead`, the same items); :meth:`close` stops those still running.
     """
 
     def __init__(
-        self, paths: Iterable[Path], options: ParseOptions, fmt: Format | None, lateness_ms: int
+        self,
+        paths: Iterable[Path],
+        options: ParseOptions,
+        fmt: Format | None,
+        lateness_ms: int,
+        parse_ahead_min_bytes: int = 0,
     ) -> None:
         files = sorted(set(expand_paths(paths)), key=str)
         self.sources: list[SourceStats] = []
-        self._positions: list[tuple[_Progress, int]] = []
+        self._positions: list[tuple[_Progress | ParsedAhead, int]] = []
         self._streams: list[Iterator[tuple[int, int, InputItem, SourceStats]]] = []
-        for path in files:
-            if not path.is_file():
-                raise FileNotFoundError(f"input file not found: {path}")
-            chosen = fmt or detect_format(path)
-            file_options, note = scrape_time_fallback(path, chosen, options)
-            handle = open_input(path)
-            self._positions.append((_Progress(handle), path.stat().st_size))
-            stats = SourceStats(str(path), chosen.value, notes=[note] if note else [])
-            self.sources.append(stats)
-            parsed = parse_open_file(handle, chosen, file_options, str(path))
-            self._streams.append(_ordered(parsed, lateness_ms, chosen is Format.SACCT, stats))
+        self._helpers: list[ParsedAhead] = []
+        try:
+            for path in files:
+                if not path.is_file():
+                    raise FileNotFoundError(f"input file not found: {path}")
+                chosen = fmt or detect_format(path)
+                file_options, note = scrape_time_fallback(path, chosen, options)
+                size = path.stat().st_size
+                parsed: Iterable[Record | InvalidRecord]
+                if parse_ahead_wanted(size, parse_ahead_min_bytes):
+                    open_input(path).close()  # an unreadable file fails here, as in process
+                    helper = ParsedAhead(path, chosen, file_options, str(path))
+                    self._helpers.append(helper)
+                    self._positions.append((helper, size))
+                    parsed = helper
+                else:
+                    handle = open_input(path)
+                    self._positions.append((_Progress(handle), size))
+                    parsed = parse_open_file(handle, chosen, file_options, str(path))
+                stats = SourceStats(str(path), chosen.value, notes=[note] if note else [])
+                self.sources.append(stats)
+                self._streams.append(_ordered(parsed, lateness_ms, chosen is Format.SACCT, stats))
+        except BaseException:
+            self.close()
+            raise
         self.total_bytes = sum(size for _, size in self._positions)
+
+    def close(self) -> None:
+        """Stop the helper processes still parsing (a replay that stopped early)."""
+        for helper in self._helpers:
+            helper.close()
 
     def bytes_done(self) -> int:
         """Bytes read so far across the files (for progress)."""

@@ -153,7 +153,9 @@ async def publish(
     """Publish history to the input topics in event-time order; ``rate`` paces it (records/s);
     ``records_per_message`` 1 sends every record as a message of its own."""
     started = time.perf_counter()
-    inputs = MergedInputs(paths, options, fmt, settings.allowed_lateness_seconds * 1000)
+    inputs = MergedInputs(
+        paths, options, fmt, settings.allowed_lateness_seconds * 1000, settings.parse_ahead_min_bytes
+    )
     summary = PublishSummary(sources=inputs.sources)
     lateness_s = settings.allowed_lateness_seconds
     topics = {XidEvent: settings.topic_xid, EccSample: settings.topic_ecc, JobEvent: settings.topic_jobs}
@@ -220,6 +222,7 @@ async def publish(
         await asyncio.gather(*pending)
         await producer.flush()
     finally:
+        inputs.close()
         await producer.stop()
     if progress is not None:
         progress(inputs.total_bytes, inputs.total_bytes)

@@ -1,0 +1,177 @@
+"""A large input file parsed in a helper process, ahead of the detection core that consumes it.
+
+A replay is two jobs in turn on one core: parsing the operators' files (a DCGM scrape is about
+five Prometheus lines a record) and running each record through the detection core. They need not
+share a core. :class:`ParsedAhead` starts ``python -m stream.inputs.parse_ahead``, which parses
+one file with the same parser (:func:`stream.inputs.parsers.parse_open_file`) and writes its
+records and dead letters, in order, as pickled chunks to its standard output; the replay unpickles
+them (about 2 µs an ECC sample) while the helper parses the next chunk. The stream is the one the
+file would give parsed in process, item for item, so results do not change (the tests compare).
+
+Used for files of at least ``parse_ahead_min_bytes`` (8 MiB by default) by
+:class:`stream.inputs.files.MergedInputs` (``faultstream replay``, ``replay --to``); smaller files,
+and machines with one CPU, parse in process. A helper that fails says why and the replay stops
+with that; a replay that stops early (an error, the dead-letter limit) stops its helpers.
+
+The helper is a fresh interpreter (not a fork): the replay process already holds chdb's threads,
+and a forked copy of a process with threads can deadlock on a lock some other thread held.
+
+Wire format of the helper's output: frames of an 8-byte big-endian length and a pickle of
+``(kind, position, payload)``: ``kind`` ``"items"`` (a list of records and
+:class:`~schemas.records.InvalidRecord`), ``"end"`` (the last items) or ``"error"`` (a message);
+``position`` is the bytes of the file read so far (compressed bytes for gzip), -1 at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import struct
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from schemas.records import InvalidRecord, Record
+from stream.inputs.parsers import open_input, parse_open_file
+from stream.inputs.parsers.options import Format, ParseOptions
+
+__all__ = ["ParseAheadError", "ParsedAhead", "parse_ahead_wanted"]
+
+#: Items a chunk: large enough that a frame's overhead vanishes, small enough that the replay
+#: starts within milliseconds and the pipe holds little.
+_CHUNK_ITEMS = 2048
+_HEADER = struct.Struct(">Q")
+#: The setting that turns it off (its hint in error messages).
+_SETTING = "FAULTSTREAM_PARSE_AHEAD_MIN_BYTES"
+
+
+class ParseAheadError(RuntimeError):
+    """The helper process failed (its message says why, its standard error has the rest)."""
+
+
+def parse_ahead_wanted(size: int, min_bytes: int) -> bool:
+    """Whether a file of ``size`` bytes gets a helper process on this machine, given the setting
+    ``parse_ahead_min_bytes`` (0: never; the helper's start, ~0.3 s on another CPU, is paid back
+    after a few megabytes of DCGM scrapes).
+
+    >>> several_cpus = (os.cpu_count() or 1) > 1
+    >>> parse_ahead_wanted(100 << 20, 8 << 20) == several_cpus, parse_ahead_wanted(100 << 20, 0)
+    (True, False)
+    """
+    return 0 < min_bytes <= size and (os.cpu_count() or 1) > 1
+
+
+class ParsedAhead:
+    """The items of one input file, parsed by a helper process; iterate once.
+
+    Parameters
+    ----------
+    path
+        The file (plain or gzip).
+    fmt, options
+        Its format and the options to parse it with.
+    source
+        The name records and dead letters carry (the path as given).
+    chunk_items
+        Items the helper sends at a time.
+    """
+
+    def __init__(
+        self, path: Path, fmt: Format, options: ParseOptions, source: str, chunk_items: int = _CHUNK_ITEMS
+    ) -> None:
+        self.source = source
+        self._position = 0
+        self._finished = False  # the helper sent its last frame: it is exiting
+        root = str(Path(__file__).resolve().parents[2])
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "stream.inputs.parse_ahead"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+        )
+        assert self._process.stdin is not None and self._process.stdout is not None
+        self._out: IO[bytes] = self._process.stdout
+        self._process.stdin.write(pickle.dumps((str(path), fmt.value, options, source, chunk_items)))
+        self._process.stdin.close()
+
+    def position(self) -> int:
+        """Bytes of the file parsed so far by the helper; -1 once it has read all of it."""
+        return self._position
+
+    def __iter__(self) -> Iterator[Record | InvalidRecord]:
+        try:
+            while True:
+                kind, position, payload = self._next_frame()
+                if kind == "error":
+                    raise ParseAheadError(f"{self.source}: the parser process failed: {payload}")
+                self._position = position
+                yield from payload
+                if kind == "end":
+                    self._finished = True
+                    return
+        finally:
+            self.close()
+
+    def _next_frame(self) -> tuple[str, int, Any]:
+        header = self._out.read(_HEADER.size)
+        if len(header) < _HEADER.size:
+            status = self._process.wait()
+            raise ParseAheadError(
+                f"{self.source}: the parser process ended without finishing (exit status {status}); "
+                f"set {_SETTING}=0 to parse in process"
+            )
+        (length,) = _HEADER.unpack(header)
+        frame: tuple[str, int, Any] = pickle.loads(self._out.read(length))
+        return frame
+
+    def close(self) -> None:
+        """Stop the helper if it is still running, and reap it."""
+        if self._finished:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._process.wait(timeout=5)
+        if self._process.poll() is None:
+            self._process.kill()
+        self._process.wait()
+        self._out.close()
+
+
+def _write(out: IO[bytes], kind: str, position: int, payload: object) -> None:
+    data = pickle.dumps((kind, position, payload), protocol=pickle.HIGHEST_PROTOCOL)
+    out.write(_HEADER.pack(len(data)))
+    out.write(data)
+    out.flush()
+
+
+def _serve(stdin: IO[bytes], out: IO[bytes]) -> int:
+    """The helper: parse the file named on ``stdin``, write its frames to ``out``."""
+    from stream.gc_tuning import tune_for_streaming
+
+    path, fmt, options, source, chunk_items = pickle.loads(stdin.read())
+    tune_for_streaming()
+    try:
+        handle = open_input(Path(path))
+        raw = getattr(handle, "fileobj", None) or handle
+        items: list[Record | InvalidRecord] = []
+        for item in parse_open_file(handle, Format(fmt), options, source):
+            items.append(item)
+            if len(items) >= chunk_items:
+                _write(out, "items", raw.tell(), items)
+                items = []
+        _write(out, "end", -1, items)
+    except BrokenPipeError:
+        return 0  # the replay stopped reading (it stopped early): nothing to say
+    except KeyboardInterrupt:
+        return 130  # Ctrl-C reached the whole process group: the replay reports it
+    except Exception as exc:  # reported to the replay, which stops with it
+        _write(out, "error", 0, f"{type(exc).__name__}: {exc}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_serve(sys.stdin.buffer, sys.stdout.buffer))
