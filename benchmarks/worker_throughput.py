@@ -21,7 +21,12 @@ each figure the median of ``--runs`` runs:
 4. ``faultstream worker``, with a fresh app id (consumer group), checkpoint, jobs-by-node,
    incidents and dead-letter topics and store each run: timed from its launch until the group's
    committed offsets reach the end offsets of xid, ecc, jobs and jobs-by-node, polled every
-   0.2 s through ONE admin client and ONE consumer (end offsets) that live for the whole benchmark;
+   0.2 s through ONE admin client and ONE consumer (end offsets) that live for the whole benchmark,
+   and its /metrics page says nothing is held or short of a commit point (a commit point
+   checkpoints the records the merge holds for the fleet stage and commits past them:
+   :func:`stream.worker.caught_up.caught_up_on_gauges`, what the tests wait for too), with
+   ``FAULTSTREAM_WORKER_FLEET_IDLE_SECONDS=1`` (the input is all published before the worker
+   starts: the fleet stage need not wait 30 s for the end of a partition before the last periods);
 5. the embedded replay of the same files (``faultstream replay FILES --data-dir DIR --json``; no
    Kafka): the whole command, and the replay's own ``seconds``.
 
@@ -61,11 +66,13 @@ import math
 import os
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -77,6 +84,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from stream.kafka.codec import decode_record
 from stream.settings import Settings
+from stream.worker.caught_up import caught_up_on_gauges, metric_sum
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -87,6 +95,10 @@ TOPIC_SETTINGS = tuple(name.removeprefix("FAULTSTREAM_TOPIC_") for name in Setti
 #: Topics every worker run gets afresh (the worker writes them; a second run must not read the first's).
 PER_RUN_TOPICS = ("JOBS_BY_NODE", "INCIDENTS", "DEAD_LETTERS", "CHECKPOINTS", "FLEET", "FLEET_BASELINES")
 POLL_SECONDS = 0.2
+#: The input is published before the worker starts, so the fleet stage need not wait long for a
+#: partition with nothing left to read before it decides the last periods (the setting's default,
+#: 30 s, leaves a live publisher time to reach every partition; the tests use 5 s).
+FLEET_IDLE_SECONDS = 1.0
 #: The worker's fetch size of an input partition (its default), used by every consumer row.
 FETCH_PARTITION_BYTES = Settings().worker_fetch_partition_bytes
 #: Input topic setting -> the record kind its lines decode to.
@@ -144,6 +156,8 @@ class Results:
     runs: dict[tuple[str, int], list[Measurement]] = field(default_factory=dict)
     notes: dict[tuple[str, int], str] = field(default_factory=dict)
     jobs_by_node: dict[int, tuple[int, int]] = field(default_factory=dict)  # records, messages
+    #: Per worker run, seconds from "processed" to "done" (the end of the input's tail).
+    tails: list[float] = field(default_factory=list)
 
     def add(self, row: str, per_message: int, measurement: Measurement) -> None:
         self.runs.setdefault((row, per_message), []).append(measurement)
@@ -329,6 +343,9 @@ async def worker_run(
         env[f"FAULTSTREAM_TOPIC_{name}"] = f"{group}.{name.lower().replace('_', '-')}"
     data_dir = workdir / f"worker-{n}-{run}"
     env["FAULTSTREAM_DATA_DIR"] = str(data_dir)
+    metrics_port = free_port()
+    env["FAULTSTREAM_METRICS_PORT"] = str(metrics_port)
+    env["FAULTSTREAM_WORKER_FLEET_IDLE_SECONDS"] = str(FLEET_IDLE_SECONDS)
     own_topics = [*topics_of(env, PER_RUN_TOPICS), FAUST_LEADER_TOPIC.format(group)]
     kafka.created.extend(own_topics)
     run_cli(["init-kafka"], env)
@@ -342,6 +359,7 @@ async def worker_run(
         worker = subprocess.Popen([*CLI, "worker", "--clickhouse", f"chdb://{data_dir / 'store'}"],
                                   env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
         first: tuple[float, int] | None = None
+        processed: float | None = None
         try:
             deadline = time.monotonic() + 3600
             while True:
@@ -353,8 +371,21 @@ async def worker_run(
                     first = (now, done)
                 if all(committed.get(tp, 0) >= input_ends[tp] for tp in inputs):
                     ends = await kafka.end_offsets(jobs_by_node)  # final once every job is committed
+                    # Committed is not processed: a commit point checkpoints the records the merge
+                    # still holds (for the fleet stage) and commits past them. Processed: every
+                    # input offset committed and nothing held back. Done, what the tests wait
+                    # for: the gauges say nothing is pending (the fleet stage's decisions at the
+                    # end of the input, and the commit point after them), reported apart.
                     if all(committed.get(tp, 0) >= ends[tp] for tp in jobs_by_node):
-                        break
+                        page = metrics_page(metrics_port)
+                        if (
+                            processed is None
+                            and page
+                            and not metric_sum(page, "faultstream_merge_held_records")
+                        ):
+                            processed = now
+                        if caught_up_on_gauges([page]):
+                            break
                 if worker.poll() is not None:
                     raise SystemExit(f"the worker exited ({worker.returncode}) early: see {logfile}")
                 if time.monotonic() > deadline:
@@ -366,19 +397,37 @@ async def worker_run(
             except subprocess.TimeoutExpired:
                 worker.kill()
                 worker.wait()
-    assert first is not None
+    assert first is not None and processed is not None
     start_at, done_at_first = first
-    steady = (total - done_at_first) / (now - start_at) if now > start_at else math.nan
+    steady = (total - done_at_first) / (processed - start_at) if processed > start_at else math.nan
     _, jbn_records, jbn_messages = await read_index(kafka, [env["FAULTSTREAM_TOPIC_JOBS_BY_NODE"]])
     results.jobs_by_node[n] = (sum(jbn_records.values()), sum(jbn_messages.values()))
     log(
-        f"  worker run {run}: {now - launched:.1f} s from launch, first commit at "
-        f"{start_at - launched:.1f} s covering {done_at_first:,} records; jobs-by-node copies "
-        f"{results.jobs_by_node[n][0]:,} records in {results.jobs_by_node[n][1]:,} messages"
+        f"  worker run {run}: {processed - launched:.1f} s from launch, first commit at "
+        f"{start_at - launched:.1f} s covering {done_at_first:,} records; all done {now - processed:.1f} s "
+        f"later; jobs-by-node copies {results.jobs_by_node[n][0]:,} records in "
+        f"{results.jobs_by_node[n][1]:,} messages"
     )
+    results.tails.append(now - processed)
     await kafka.delete(own_topics)
     shutil.rmtree(data_dir, ignore_errors=True)
-    return Measurement(total / (now - launched), steady)
+    return Measurement(total / (processed - launched), steady)
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for the worker's metrics endpoint)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def metrics_page(port: int) -> str | None:
+    """The worker's /metrics page, or None while its endpoint does not answer."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as answer:
+            return str(answer.read().decode())
+    except OSError:
+        return None
 
 
 def embedded_run(files: list[Path], workdir: Path, run: int) -> tuple[Measurement, int]:
@@ -558,6 +607,13 @@ def render(args: argparse.Namespace, results: Results, facts: dict) -> str:
     lines.append(
         "launch: from process launch (bare consumer: client start) to the last record; steady: from the "
         "first message (worker: first commit; embedded: the replay's own seconds)."
+    )
+    tail = f"{min(results.tails, default=0):.1f}-{max(results.tails, default=0):.1f}"
+    lines.append(
+        "worker's last record: every input offset committed and nothing held back by its merge; after "
+        f"that, the end of the input took {tail} s "
+        f"more (the fleet stage's wait for idle partitions, FAULTSTREAM_WORKER_FLEET_IDLE_SECONDS="
+        f"{FLEET_IDLE_SECONDS:g}, and the commit point after its decisions)."
     )
     if facts["quix"]:
         lines.append(

@@ -165,12 +165,17 @@ class EccTracker:
         if state is None:
             return False  # a GPU's first sample is not scored
         model = self._trends.get(key)
-        watched = (sample.ts_ms - state.first_ms) / HOUR_MS
-        hours = max(sample.ts_ms - state.last_ms, 1) / HOUR_MS
         if model is None:
-            if not any(sample.counters.get(n, 0) != state.counters.get(n, 0) for n in _SBE_COUNTERS):
+            # Most GPUs never correct an error: no model, and nothing corrected since the last
+            # sample (asked of every ECC sample a worker releases, so without a loop).
+            new, old = sample.counters, state.counters
+            if new.get("sbe_volatile", 0) == old.get("sbe_volatile", 0) and new.get(
+                "sbe_aggregate", 0
+            ) == old.get("sbe_aggregate", 0):
                 return False
             model = self._trend_template  # a new model: the template's state, not learnt yet
+        watched = (sample.ts_ms - state.first_ms) / HOUR_MS
+        hours = max(sample.ts_ms - state.last_ms, 1) / HOUR_MS
         scorer = cast(EccTrendScorer, model.anomaly_detector)
         if scorer.reference_per_hour(watched, hours) is not None:
             return False

@@ -31,6 +31,7 @@ the slowest partition), so the results do not depend on the partitioning.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sys
 from pathlib import Path
@@ -212,7 +213,9 @@ def build_app(settings: Settings, security: KafkaSecurity | None = None) -> faus
         # than the interval, and the timer then logged "Timer ... tick is overlapping" again and
         # again on healthy workers; here the next tick starts later.
         while not app.should_stop:
-            await app.sleep(interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(runtime.tick_wanted.wait(), interval)
+            runtime.tick_wanted.clear()
             async with tick_round:
                 if stopped.is_set():
                     return

@@ -83,6 +83,28 @@ class EventTimeMerger(Generic[T]):
         state.last_seen = now
         heapq.heappush(self._heap, (ts_ms, source, next(self._arrivals), now, item))
 
+    def add_many(self, source: str, items: list[tuple[int, T]]) -> None:
+        """Hold ``(event time, item)`` pairs of ``source``, in order: :meth:`add` for each (one
+        message's records arrive together, so the clock is read once).
+
+        >>> merger = EventTimeMerger(["ecc"], idle_after=5.0)
+        >>> merger.add_many("ecc", [(20, "e20"), (10, "e10")]); list(merger.release())
+        ['e10', 'e20']
+        """
+        if not items:
+            return
+        now = self.clock()
+        if not self._started:
+            self._started = True
+            for other in self._state.values():
+                other.last_seen = now
+        state = self._state[source]
+        state.newest_ms = max(state.newest_ms, max(ts_ms for ts_ms, _ in items))
+        state.last_seen = now
+        heap, arrivals, push = self._heap, self._arrivals, heapq.heappush
+        for ts_ms, item in items:
+            push(heap, (ts_ms, source, next(arrivals), now, item))
+
     def _progress(self) -> tuple[int | None, list[tuple[int, float]]]:
         """The low watermark of the active sources (None: all are idle), and (newest event time,
         drained as of) of each idle one."""

@@ -194,7 +194,7 @@ class ChaosWorker:
 
     def metric(self, name: str) -> float | None:
         """Sum of a metric's samples, or None while the endpoint does not answer."""
-        from tests.services.worker import metric_sum
+        from stream.worker.caught_up import metric_sum
 
         page = self.metrics_page()
         return None if page is None else metric_sum(page, name)
@@ -242,8 +242,8 @@ def _fraction(done: dict[str, tuple[int, int]], env: dict[str, str]) -> float:
 
 def _finished(done: dict[str, tuple[int, int]] | None, slots: list[ChaosWorker]) -> bool:
     """wait_until_caught_up's test: every input partition committed to its end, and the workers'
-    gauges say all is done (:func:`tests.services.worker.caught_up_on_gauges`)."""
-    from tests.services.worker import caught_up_on_gauges
+    gauges say all is done (:func:`stream.worker.caught_up.caught_up_on_gauges`)."""
+    from stream.worker.caught_up import caught_up_on_gauges
 
     if done is None or not all(c >= e for c, e in done.values()) or not any(e for _, e in done.values()):
         return False

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from stream.worker.caught_up import caught_up_on_gauges, metric_sum
+
 if TYPE_CHECKING:
     from tests.services.chdb_sql import SqlSession
 
@@ -164,43 +166,6 @@ def progress(env: dict[str, str]) -> dict[str, tuple[int, int]]:
             input_topics(env),
         )
     )
-
-
-def metric_sum(page: str, name: str) -> float:
-    """Sum of a metric's samples on a /metrics page (0.0 if it has none)."""
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in page.splitlines()
-        if line.startswith(name) and (line[len(name)] in " {")
-    )
-
-
-#: Gauges that are 0 on every worker of a group that has done all its work.
-PENDING_GAUGES = (
-    "faultstream_merge_held_records",
-    "faultstream_uncommitted",
-    "faultstream_fleet_behind",
-    "faultstream_fleet_idle_pending",
-)
-
-
-def caught_up_on_gauges(pages: list[str | None]) -> bool:
-    """Whether the workers' /metrics pages (None: a worker whose endpoint does not answer) say
-    the group has done all it was given: each worker's assignment settled (its gauges cover all
-    it owns), nothing held or short of a commit point, and the fleet stage has read every message
-    the workers sent it — the stage owner's next offset to read (-1 on the others) against the
-    fleet topic's offset after each one's last acknowledged message. (``faultstream_fleet_behind``
-    alone is not enough: it compares with the end offset as last asked, and a hand-over sent
-    since then, another worker's or the owner's own last one, is not in it.)"""
-    if any(page is None for page in pages):
-        return False
-    ready = [page for page in pages if page is not None]
-    if any(metric_sum(page, "faultstream_assignment_settled") != 1 for page in ready):
-        return False
-    if any(metric_sum(page, name) for page in ready for name in PENDING_GAUGES):
-        return False
-    read = max((metric_sum(page, "faultstream_fleet_read_offset") for page in ready), default=-1)
-    return read >= max((metric_sum(page, "faultstream_fleet_sent_offset") for page in ready), default=0)
 
 
 def wait_until_caught_up(
