@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import heapq
+import random
+from collections.abc import Callable
+
+import pytest
+
 from stream.worker.merge import EventTimeMerger
 from tests.services.clock import Clock
 
@@ -69,3 +75,75 @@ def test_an_item_passes_an_idle_source_only_if_it_came_before_the_source_was_fou
     clock.now = 6.0
     answered_at["job"] = 5.5  # asked again: drained as of 5.5, after ecc20 came
     assert list(merger.release()) == ["job15", "ecc20"]
+
+
+class _HeapMerger:
+    """The merge as a heap of every held item keyed (event time, source, arrival): the
+    specification the per-source lists of EventTimeMerger must release exactly like."""
+
+    def __init__(self, sources: list[str]) -> None:
+        self.newest = dict.fromkeys(sources, -(2**63))
+        self.heap: list[tuple[int, str, int, str]] = []
+        self.arrivals = 0
+
+    def add(self, source: str, ts: int, item: str) -> None:
+        self.newest[source] = max(self.newest[source], ts)
+        heapq.heappush(self.heap, (ts, source, self.arrivals, item))
+        self.arrivals += 1
+
+    def release(self, ready: Callable[[int, str], bool]) -> list[str]:
+        low = min(self.newest.values())
+        out = []
+        while self.heap and self.heap[0][0] <= low and ready(self.heap[0][0], self.heap[0][3]):
+            out.append(heapq.heappop(self.heap)[3])
+        return out
+
+    def held(self) -> list[tuple[str, int, str]]:
+        return [(source, ts, item) for ts, source, _, item in sorted(self.heap)]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_per_source_lists_release_as_one_heap_would(seed: int) -> None:
+    """Out-of-order records within a source, ties across and within sources, a ``ready`` that
+    stops releases part-way, checkpoints (held, restored into a fresh merger) in between."""
+    rng = random.Random(seed)
+    sources = ["xid", "ecc", "job"]
+    merger: EventTimeMerger[str] = EventTimeMerger(sources, idle_after=1e9)
+    reference = _HeapMerger(sources)
+    clock = dict.fromkeys(sources, 0)
+    released: list[str] = []
+    expected: list[str] = []
+    for step in range(400):
+        source = rng.choice(sources)
+        clock[source] += rng.choice([0, 0, 1, 2, 5])
+        batch = [
+            (max(clock[source] - rng.choice([0, 0, 0, 3]), 0), f"{source}{step}.{i}")
+            for i in range(rng.randint(1, 4))
+        ]
+        if rng.random() < 0.5:
+            merger.add_many(source, batch)
+        else:
+            for ts, item in batch:
+                merger.add(source, ts, item)
+        for ts, item in batch:
+            reference.add(source, ts, item)
+        if rng.random() < 0.3:
+            # Records wait (for the fleet stage) from a random event time on, or none do.
+            stop_at = rng.choice([None, min(clock.values()) - rng.randint(0, 6)])
+
+            def ready(ts: int, item: str, stop_at: int | None = stop_at) -> bool:
+                return stop_at is None or ts < stop_at
+
+            released += merger.release(ready)
+            expected += reference.release(ready)
+        if rng.random() < 0.05:  # a checkpoint restored into a fresh merger
+            assert merger.held() == reference.held()
+            fresh: EventTimeMerger[str] = EventTimeMerger(sources, idle_after=1e9)
+            for source_name, ts, item in merger.held():
+                fresh.add(source_name, ts, item)
+            for name, state in merger._state.items():
+                fresh._state[name].newest_ms = state.newest_ms
+            merger = fresh
+        assert released == expected
+        assert len(merger) == len(reference.heap)
+    assert merger.held() == reference.held()
