@@ -28,7 +28,10 @@ each figure the median of ``--runs`` runs:
    ``FAULTSTREAM_WORKER_FLEET_IDLE_SECONDS=1`` (the input is all published before the worker
    starts: the fleet stage need not wait 30 s for the end of a partition before the last periods);
 5. the embedded replay of the same files (``faultstream replay FILES --data-dir DIR --json``; no
-   Kafka): the whole command, and the replay's own ``seconds``.
+   Kafka): the whole command, and the replay's own ``seconds``; as it runs by default (a file of
+   8 MiB or more, here the DCGM scrape, parsed by a helper process on the other CPU), then with
+   every file parsed in process (``FAULTSTREAM_PARSE_AHEAD_MIN_BYTES=0``: one CPU, as the worker's
+   own work runs).
 
 How records are counted: a message value holds one or more newline-delimited records. Every row
 is in records/s of the same records: those of the xid, ecc and jobs topics as published (replay
@@ -113,6 +116,7 @@ ROWS = {
     "faust": "Faust decode-only agent (split + orjson)",
     "worker": "faultstream worker",
     "embedded": "embedded replay, same files (no Kafka)",
+    "embedded1": "embedded replay, files parsed in process (1 CPU)",
 }
 
 
@@ -430,10 +434,15 @@ def metrics_page(port: int) -> str | None:
         return None
 
 
-def embedded_run(files: list[Path], workdir: Path, run: int) -> tuple[Measurement, int]:
-    """Row 5: the embedded replay of the same files, the whole command timed."""
+def embedded_run(
+    files: list[Path], workdir: Path, run: int, one_cpu: bool = False
+) -> tuple[Measurement, int]:
+    """Row 5: the embedded replay of the same files, the whole command timed; ``one_cpu``: every
+    file parsed in process (by default large files are parsed by a helper on another CPU)."""
     data_dir = workdir / f"embedded-{run}"
     env = {**os.environ, "FAULTSTREAM_METRICS_PORT": "0"}
+    if one_cpu:
+        env["FAULTSTREAM_PARSE_AHEAD_MIN_BYTES"] = "0"
     launched = time.perf_counter()
     out = run_cli(["replay", *map(str, files), "--data-dir", str(data_dir), "--no-progress", "--json"], env)
     elapsed = time.perf_counter() - launched
@@ -476,13 +485,15 @@ async def publish(kafka: Kafka, args: argparse.Namespace, files: list[Path], per
 async def measure(args: argparse.Namespace, files: list[Path], workdir: Path) -> tuple[Results, dict]:
     results = Results()
     facts: dict = {"quix": quix_version(), "load": [os.getloadavg()[0]]}
-    log(f"embedded replay x{args.runs} ...")
-    for run in range(args.runs):
-        measurement, events = embedded_run(files, workdir, run)
-        facts["embedded_records"] = events
-        log(f"  run {run}: {measurement.launch:,.0f} records/s whole command, {measurement.steady:,.0f} own")
-        for n in args.per_message:
-            results.add("embedded", n, measurement)
+    log(f"embedded replay x{args.runs} (default, then files parsed in process) ...")
+    for row, one_cpu in (("embedded", False), ("embedded1", True)):
+        for run in range(args.runs):
+            measurement, events = embedded_run(files, workdir, run, one_cpu)
+            facts["embedded_records"] = events
+            rates = f"{measurement.launch:,.0f} records/s whole command, {measurement.steady:,.0f} own"
+            log(f"  {row} run {run}: {rates}")
+            for n in args.per_message:
+                results.add(row, n, measurement)
     async with Kafka(args.kafka) as kafka:
         try:
             for n in args.per_message:
@@ -580,6 +591,7 @@ def render(args: argparse.Namespace, results: Results, facts: dict) -> str:
     lines.append("")
     for row, other, label in (
         ("worker", "embedded", "ratio worker / embedded replay (target >= 0.8)"),
+        ("worker", "embedded1", "ratio worker / embedded replay on 1 CPU"),
         ("worker", "bare", "ratio worker / bare consumer (>= 0.25, stretch 0.5)"),
         ("worker", "validated", "ratio worker / bare consumer + validation"),
     ):

@@ -799,63 +799,99 @@ class JobEvent:
         # The fast path (see "The fast path of from_dict" above); any doubt falls through.
         if type(value) is dict and cls is JobEvent:
             get = value.get
-            ts = get("ts")
-            cluster = get("cluster")
-            job_id = get("job_id")
-            state_name = get("state")
-            nodes = get("nodes", _MISSING)
-            gpus = get("gpus")
-            exit_code = get("exit_code")
-            name = get("name")
-            user = get("user")
-            partition = get("partition")
             try:
+                ts = get("ts")
                 ts_ms = ts if type(ts) is int else parse_iso_ts(ts) if type(ts) is str else None
                 start_ms = _optional_ts(get("start"))
                 end_ms = _optional_ts(get("end"))
             except ValueError:  # a bad time: the reference validator says which and why
-                ts_ms = None
-            if nodes is _MISSING:  # absent is no nodes; an explicit null is not a list: the reference
-                nodes = []
-            if (
-                ts_ms is not None
-                and TS_MIN_MS <= ts_ms < TS_MAX_MS
-                and (start_ms is None or TS_MIN_MS <= start_ms < TS_MAX_MS)
-                and (end_ms is None or TS_MIN_MS <= end_ms < TS_MAX_MS)
-                and type(cluster) is str
-                and cluster.strip()
-                and ((type(job_id) is str and job_id.strip()) or type(job_id) is int)
-                and type(state_name) is str
-                and state_name in _JOB_STATES
-                and type(nodes) is list
-                and (gpus is None or (type(gpus) is int and 0 <= gpus <= MAX_UINT32))
-                and (exit_code is None or type(exit_code) is str)
-                and (name is None or type(name) is str)
-                and (user is None or type(user) is str)
-                and (partition is None or type(partition) is str)
-            ):
-                for node in nodes:
-                    if type(node) is not str or not node:
-                        break
-                else:
-                    twin = _JOB_TWIN()
-                    twin.ts_ms = ts_ms
-                    twin.cluster = cluster
-                    twin.job_id = job_id if type(job_id) is str else str(job_id)
-                    twin.state = _JOB_STATES[state_name]
-                    twin.nodes = tuple(nodes)
-                    twin.gpus = gpus or 0
-                    twin.start_ms = start_ms
-                    twin.end_ms = end_ms
-                    twin.exit_code = exit_code or ""
-                    twin.name = name or ""
-                    twin.user = user or ""
-                    twin.source = source
-                    twin.partition = partition or ""
-                    twin.__class__ = JobEvent
-                    event: JobEvent = twin
+                ts_ms = start_ms = end_ms = None
+            nodes = get("nodes", _MISSING)
+            if ts_ms is not None:
+                event = cls.from_fields(
+                    ts_ms,
+                    get("cluster"),
+                    get("job_id"),
+                    get("state"),
+                    [] if nodes is _MISSING else nodes,  # absent is no nodes; null is not a list
+                    get("gpus"),
+                    start_ms,
+                    end_ms,
+                    get("exit_code"),
+                    get("name"),
+                    get("user"),
+                    get("partition"),
+                    source,
+                )
+                if event is not None:
                     return event
         return cls._from_dict_checked(value, source)
+
+    @staticmethod
+    def from_fields(
+        ts_ms: int,
+        cluster: object,
+        job_id: object,
+        state_name: object,
+        nodes: object,
+        gpus: object,
+        start_ms: int | None,
+        end_ms: int | None,
+        exit_code: object,
+        name: object,
+        user: object,
+        partition: object,
+        source: str = "",
+    ) -> JobEvent | None:
+        """The event of fields already decoded (times in epoch ms), if each holds what
+        :meth:`from_dict` accepts; None if any might not (then :meth:`from_dict` decides, and
+        names the fault). ``from_dict`` calls it with a JSON object's fields, the worker's decoder
+        (``stream.kafka.codec``) with those of a typed JSON decoding.
+
+        >>> JobEvent.from_fields(1704067200000, "c", 7, "FAILED", ["n1"], 8, None, None, None, None,
+        ...                      None, None).job_id
+        '7'
+        >>> JobEvent.from_fields(1704067200000, "c", "7", "FAILED", [""], 8, None, None, None, None,
+        ...                      None, None) is None
+        True
+        """
+        if not (
+            TS_MIN_MS <= ts_ms < TS_MAX_MS
+            and (start_ms is None or TS_MIN_MS <= start_ms < TS_MAX_MS)
+            and (end_ms is None or TS_MIN_MS <= end_ms < TS_MAX_MS)
+            and type(cluster) is str
+            and cluster.strip()
+            and ((type(job_id) is str and job_id.strip()) or type(job_id) is int)
+            and type(state_name) is str
+            and state_name in _JOB_STATES
+            and type(nodes) is list
+            and (gpus is None or (type(gpus) is int and 0 <= gpus <= MAX_UINT32))
+            and (exit_code is None or type(exit_code) is str)
+            and (name is None or type(name) is str)
+            and (user is None or type(user) is str)
+            and (partition is None or type(partition) is str)
+        ):
+            return None
+        for node in nodes:
+            if type(node) is not str or not node:
+                return None
+        twin = _JOB_TWIN()
+        twin.ts_ms = ts_ms
+        twin.cluster = cluster
+        twin.job_id = job_id if type(job_id) is str else str(job_id)
+        twin.state = _JOB_STATES[state_name]
+        twin.nodes = tuple(nodes)
+        twin.gpus = gpus or 0
+        twin.start_ms = start_ms
+        twin.end_ms = end_ms
+        twin.exit_code = exit_code or ""
+        twin.name = name or ""
+        twin.user = user or ""
+        twin.source = source
+        twin.partition = partition or ""
+        twin.__class__ = JobEvent
+        event: JobEvent = twin
+        return event
 
     @classmethod
     def _from_dict_checked(cls, value: object, source: str) -> JobEvent:

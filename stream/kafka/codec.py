@@ -98,6 +98,55 @@ def _decode_ecc_wire(value: bytes, source: str) -> EccSample | None:
     )
 
 
+#: A 64-bit integer: orjson reads a larger one as a float, which the validator refuses (and msgspec
+#: bounds stop at int64: an id up to 2**64 - 1 takes the full validator, which accepts it).
+_JsonInt = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+
+
+class _JobWire(msgspec.Struct):
+    """A job state change's line (times as integer epoch ms, or ISO-8601), decoded straight into
+    typed fields; what the types cannot say :meth:`JobEvent.from_fields` checks, as ``from_dict``
+    does. 3.3 -> 2.4 µs a record against ``orjson.loads`` + ``from_dict`` (benchmarks/decode.py)."""
+
+    ts: int | str
+    cluster: str
+    job_id: str | _JsonInt
+    state: str
+    nodes: list[str] = msgspec.field(default_factory=list)
+    gpus: int | None = None
+    start: int | str | None = None
+    end: int | str | None = None
+    exit_code: str | None = None
+    name: str | None = None
+    user: str | None = None
+    partition: str | None = None
+
+
+_JOB_WIRE = msgspec.json.Decoder(_JobWire)
+
+
+def _wire_ts(value: int | str | None) -> int | None:
+    if value is None or isinstance(value, int):  # msgspec never decodes a JSON bool as an int
+        return value
+    return parse_iso_ts(value)
+
+
+def _decode_job_wire(value: bytes, source: str) -> JobEvent | None:
+    """The event of a wire-form line, or None if anything about it needs the full validator
+    (the same rule as :func:`_decode_ecc_wire`)."""
+    try:
+        wire = _JOB_WIRE.decode(value)
+        ts_ms = wire.ts if type(wire.ts) is int else parse_iso_ts(wire.ts)
+        start_ms = _wire_ts(wire.start)
+        end_ms = _wire_ts(wire.end)
+    except (msgspec.DecodeError, ValueError):
+        return None
+    return JobEvent.from_fields(
+        ts_ms, wire.cluster, wire.job_id, wire.state, wire.nodes, wire.gpus, start_ms, end_ms,
+        wire.exit_code, wire.name, wire.user, wire.partition, source,
+    )  # fmt: skip
+
+
 def record_key(record: Record) -> bytes:
     """The Kafka key of a record: its node, or ``cluster/job id`` for job state changes."""
     if isinstance(record, JobEvent):
@@ -145,6 +194,10 @@ def decode_record(kind: str, value: bytes, source: str, location: str) -> Record
         sample = _decode_ecc_wire(value, f"{source}:{location}")
         if sample is not None:
             return sample
+    elif kind == "job":
+        event = _decode_job_wire(value, f"{source}:{location}")
+        if event is not None:
+            return event
     try:
         document = orjson.loads(value)
     except orjson.JSONDecodeError as exc:

@@ -147,3 +147,55 @@ def test_the_typed_ecc_decoder_agrees_with_the_reference_validator():
         assert got == _reference_ecc(line), line
         outcomes.add(got[0] if isinstance(got, tuple) else got)
     assert outcomes == {"accepted", "rejected", "not json"}
+
+
+# The same for job state changes: the typed decoder (msgspec) and JobEvent.from_fields against
+# orjson + from_dict's reference validator.
+_JOB_BASE = {"ts": 1704068533000, "cluster": "sim", "job_id": "4200001", "state": "RUNNING", "gpus": 8,
+             "start": 1704068533000, "end": 1704070828000, "exit_code": "0:125", "name": "train",
+             "user": "u1", "partition": "debug", "nodes": ["node0001", "node0002"]}  # fmt: skip
+_JOB_MUTATIONS = [
+    None, 0, -1, 1, 7, True, 1.0, 1.5, "", " ", "x", "7", "failed", "FAILED", "NODE_FAIL", "nonsense",
+    "2024-01-15T10:23:45.5+01:00", "2024-02-30T00:00:00Z", [], [""], ["n1"], ["n1", 2], [None], {}, {"a": 1},
+    10**20, 2**63, 2**32, 2**32 - 1, 946_684_799_999, 4_102_444_800_000,
+]  # fmt: skip
+
+
+def _outcome(kind: str, line: bytes, parse) -> object:
+    try:
+        document = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return "not json"
+    try:
+        return "accepted", dataclasses.astuple(parse(document, "t/0:offset 1"))
+    except InvalidRecord as exc:
+        return "rejected", exc.reason
+
+
+def _decoded(kind: str, line: bytes) -> object:
+    try:
+        record = decode_record(kind, line, "t/0", "offset 1")
+    except InvalidRecord as exc:
+        return "not json" if exc.reason.startswith("not JSON") else ("rejected", exc.reason)
+    return "accepted", dataclasses.astuple(record)
+
+
+def test_the_typed_job_decoder_agrees_with_the_reference_validator():
+    rng = random.Random(20261205)
+    keys = [*_JOB_BASE, "extra"]
+    outcomes = set()
+    for n in range(4000):
+        document = copy.deepcopy(_JOB_BASE)
+        for _ in range(rng.choice([0, 1, 1, 2, 3])):
+            key = rng.choice(keys)
+            if rng.random() < 0.15:
+                document.pop(key, None)
+            else:
+                document[key] = copy.deepcopy(rng.choice(_JOB_MUTATIONS))
+        line = json.dumps(document, separators=(",", ":") if n % 2 else None).encode()
+        if n % 50 == 0:
+            line = line[: rng.randrange(len(line))]  # truncated
+        got = _decoded("job", line)
+        assert got == _outcome("job", line, JobEvent._from_dict_checked), line
+        outcomes.add(got[0] if isinstance(got, tuple) else got)
+    assert outcomes == {"accepted", "rejected", "not json"}
