@@ -47,7 +47,8 @@ def test_worker_throughput_smoke(bootstrap: str, tmp_path: Path) -> None:
         "bare consumer + validation",
         "Faust decode-only agent",
         "faultstream worker",
-        "embedded replay",
+        "embedded replay, same files",
+        "embedded replay, files parsed in process",
     ):
         values = cells(table, label)
         assert len(values) == 4, (label, values)  # launch and steady, at 1 and at 256 records a message
@@ -58,7 +59,8 @@ def test_worker_throughput_smoke(bootstrap: str, tmp_path: Path) -> None:
     quix = cells(table, "quix-streams")
     assert quix[0].startswith("not installed") or all(number(v) > 0 for v in quix), quix
     for label in (
-        "ratio worker / embedded replay",
+        "ratio worker / embedded replay (",
+        "ratio worker / embedded replay on 1 CPU",
         "ratio worker / bare consumer (",
         "ratio worker / bare consumer + validation",
     ):
