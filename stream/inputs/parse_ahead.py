@@ -119,15 +119,19 @@ class ParsedAhead:
 
     def _next_frame(self) -> tuple[str, int, Any]:
         header = self._out.read(_HEADER.size)
-        if len(header) < _HEADER.size:
-            status = self._process.wait()
-            raise ParseAheadError(
-                f"{self.source}: the parser process ended without finishing (exit status {status}); "
-                f"set {_SETTING}=0 to parse in process"
-            )
-        (length,) = _HEADER.unpack(header)
-        frame: tuple[str, int, Any] = pickle.loads(self._out.read(length))
-        return frame
+        data = b""
+        if len(header) == _HEADER.size:
+            (length,) = _HEADER.unpack(header)
+            data = self._out.read(length)
+            if len(data) == length:
+                frame: tuple[str, int, Any] = pickle.loads(data)
+                return frame
+        # The output ended before a whole frame: the helper died (killed, out of memory).
+        status = self._process.wait()
+        raise ParseAheadError(
+            f"{self.source}: the parser process ended without finishing (exit status {status}); "
+            f"set {_SETTING}=0 to parse in process"
+        )
 
     def close(self) -> None:
         """Stop the helper if it is still running, and reap it."""

@@ -4,8 +4,10 @@ parsing in process, item for item, and a helper that fails or is left behind is 
 from __future__ import annotations
 
 import gzip
+import io
 import os
 import signal
+import struct
 from pathlib import Path
 
 import pytest
@@ -111,3 +113,12 @@ def test_small_files_zero_and_one_cpu_parse_in_process(
     assert MergedInputs(cluster, OPTIONS, None, 300_000, 0)._helpers == []
     monkeypatch.setattr(os, "cpu_count", lambda: 1)
     assert MergedInputs(cluster, OPTIONS, None, 300_000, 1)._helpers == []
+
+
+def test_a_frame_cut_short_is_the_same_clear_error(cluster: list[Path]) -> None:
+    dcgm = cluster[2]
+    helper = ParsedAhead(dcgm, Format.DCGM, OPTIONS, str(dcgm))
+    helper._process.kill()
+    helper._out = io.BytesIO(struct.pack(">Q", 1000) + b"only part of a pickle")
+    with pytest.raises(ParseAheadError, match=r"ended without finishing \(exit status -9\)"):
+        list(helper)
