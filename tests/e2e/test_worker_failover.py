@@ -2,8 +2,9 @@
 five times during a replay change nothing, and each time their partitions resume within 10 s.
 
 Two workers with static group instance ids replay a simulated cluster published to 4 partitions
-(one record a message, so that the backlog lasts); five times one of them (in turn) is killed with
-SIGKILL in the middle of it and a replacement with the same instance id started at once. Then:
+(one record a message, so that the backlog lasts); five times one of them (in turn, from the one
+re-keying the jobs at the first kill, if one still is) is killed with SIGKILL in the middle of it
+and a replacement with the same instance id started at once. Then:
 
 - after every kill, every partition with work left commits again within ``RESUME_SECONDS`` of the
   replacement's launch (the resume time, defined in ``tests/services/failover.py`` and
@@ -115,7 +116,7 @@ def test_five_sigkills_during_a_replay_change_nothing(
     run = KillRun()
     began = time.time()
     try:
-        kill_during_replay(run, env, inputs, tmp_path, workers=2, kills=5, patience=30)
+        kill_during_replay(run, env, inputs, tmp_path, workers=2, kills=5, patience=30, rekeyer_first=True)
         killed = time.time()
         wait_until_caught_up(env, run.alive, timeout=420)
         caught_up = time.time()
@@ -171,7 +172,8 @@ def test_five_sigkills_during_a_replay_change_nothing(
     }
     print(  # the figures of the run, in pytest -s output
         json.dumps({"resume_seconds": resumes, "extra_copies": extra, "copies": len(seen),
-                    "repeats_counted": counted, "seconds": {k: round(v, 1) for k, v in seconds.items()}})
+                    "repeats_counted": counted, "seconds": {k: round(v, 1) for k, v in seconds.items()},
+                    "first_kill": [text for _, text in run.events if text.startswith("re-keying")]})
     )  # fmt: skip
     assert sum(counted.values()) == extra, f"{extra} extra copies, repeats counted per partition: {counted}"
     assert extra > 0, "no copy was sent twice: the kills did not test the repeat rule"

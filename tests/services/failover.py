@@ -200,12 +200,17 @@ def kill_during_replay(
     patience: float = 60.0,
     static: bool = True,
     replace: str = "at once",
+    rekeyer_first: bool = False,
 ) -> None:
     """Publish ``inputs`` (first, or at ``rate`` records/s while ``workers`` workers run), killing
     one ``kills`` times (see the module's docstring), into ``run``. ``replace``: "at once" (a
     supervisor restarting the worker) or "later" (a worker lost for good: the others take its
     partitions over when its session times out; its replacement starts after that, so that the
-    group keeps its size for the next kill). The caller stops ``run.alive`` in any case (after
+    group keeps its size for the next kill). ``rekeyer_first``: the first kill takes the worker
+    re-keying the jobs topic then, if one is: its copies sent since its last commit are sent
+    again by its successor, the repeats the workers must skip (the jobs topic has one partition,
+    re-keyed in the first seconds of a backlog: killing the other worker first once left no
+    repeat to test). The caller stops ``run.alive`` in any case (after
     waiting for them to catch up if it compares results)."""
     assert replace in ("at once", "later"), replace
     rng = random.Random(seed)
@@ -241,11 +246,18 @@ def kill_during_replay(
                 [*replay, "--rate", str(rate)], env={**os.environ, **env}, cwd=ROOT,
                 stdout=subprocess.DEVNULL, stderr=(folder / "publisher.log").open("w"),
             )  # fmt: skip
+        first = 0  # the victims in turn, from this one
         for kill in range(kills):
             time.sleep(rng.uniform(1.5, 3.0))  # at a random moment of the work (commits come every 2 s)
+            if kill == 0 and rekeyer_first:
+                rekeyer = _rekeying(run.alive, env["FAULTSTREAM_TOPIC_JOBS"])
+                who = "nobody" if rekeyer is None else names[rekeyer]
+                run.events.append((time.time(), f"re-keying the jobs now: {who}"))
+                first = rekeyer or 0
             if publisher is not None:
                 assert publisher.poll() is None, f"the replay ended before kill {kill + 1}: use a lower rate"
-            name, victim = names[kill % workers], run.alive[kill % workers]
+            turn = (first + kill) % workers
+            name, victim = names[turn], run.alive[turn]
             for member in run.alive:
                 member.assert_alive()
             victim.kill()
@@ -264,7 +276,7 @@ def kill_during_replay(
             run.events.append((time.time(), f"resumed after {seconds} s"))
             if replace == "later":
                 replacement = start(name)
-            run.alive[kill % workers] = replacement
+            run.alive[turn] = replacement
             # The next kill comes once the replacement runs (on a loaded machine the others can
             # take its partitions first, when its start outlasts the session timeout).
             wait_until_up(replacement)
@@ -275,6 +287,28 @@ def kill_during_replay(
             publisher.kill()
             publisher.wait()
         watch.close()
+
+
+def _rekeying(workers: list[Worker], jobs_topic: str, seconds: float = 0.3) -> int | None:
+    """The index of the worker reading the jobs topic now (its count of jobs messages read grew
+    over ``seconds``), or None when none is."""
+
+    def counts() -> list[float]:
+        pages = [worker.metrics_page() or "" for worker in workers]
+        return [
+            sum(
+                float(line.rsplit(" ", 1)[1])
+                for line in page.splitlines()
+                if line.startswith("faultstream_events_in_total{") and f'topic="{jobs_topic}"' in line
+            )
+            for page in pages
+        ]
+
+    before = counts()
+    time.sleep(seconds)
+    grown = [after - was for after, was in zip(counts(), before, strict=True)]
+    busiest = max(range(len(workers)), key=grown.__getitem__)
+    return busiest if grown[busiest] > 0 else None
 
 
 def _left(watch: GroupWatch) -> int:
