@@ -799,54 +799,47 @@ class JobEvent:
         # The fast path (see "The fast path of from_dict" above); any doubt falls through.
         if type(value) is dict and cls is JobEvent:
             get = value.get
-            try:
-                ts = get("ts")
-                ts_ms = ts if type(ts) is int else parse_iso_ts(ts) if type(ts) is str else None
-                start_ms = _optional_ts(get("start"))
-                end_ms = _optional_ts(get("end"))
-            except ValueError:  # a bad time: the reference validator says which and why
-                ts_ms = start_ms = end_ms = None
             nodes = get("nodes", _MISSING)
-            if ts_ms is not None:
-                event = cls.from_fields(
-                    ts_ms,
-                    get("cluster"),
-                    get("job_id"),
-                    get("state"),
-                    [] if nodes is _MISSING else nodes,  # absent is no nodes; null is not a list
-                    get("gpus"),
-                    start_ms,
-                    end_ms,
-                    get("exit_code"),
-                    get("name"),
-                    get("user"),
-                    get("partition"),
-                    source,
-                )
-                if event is not None:
-                    return event
+            event = cls.from_fields(
+                get("ts"),
+                get("cluster"),
+                get("job_id"),
+                get("state"),
+                [] if nodes is _MISSING else nodes,  # absent is no nodes; null is not a list
+                get("gpus"),
+                get("start"),
+                get("end"),
+                get("exit_code"),
+                get("name"),
+                get("user"),
+                get("partition"),
+                source,
+            )
+            if event is not None:
+                return event
         return cls._from_dict_checked(value, source)
 
     @staticmethod
     def from_fields(
-        ts_ms: int,
+        ts: object,
         cluster: object,
         job_id: object,
         state_name: object,
         nodes: object,
         gpus: object,
-        start_ms: int | None,
-        end_ms: int | None,
+        start: object,
+        end: object,
         exit_code: object,
         name: object,
         user: object,
         partition: object,
         source: str = "",
     ) -> JobEvent | None:
-        """The event of fields already decoded (times in epoch ms), if each holds what
-        :meth:`from_dict` accepts; None if any might not (then :meth:`from_dict` decides, and
-        names the fault). ``from_dict`` calls it with a JSON object's fields, the worker's decoder
-        (``stream.kafka.codec``) with those of a typed JSON decoding.
+        """The event of fields already decoded (times as epoch ms or ISO-8601 strings, ``start``
+        and ``end`` also None), if each holds what :meth:`from_dict` accepts; None if any might
+        not (then :meth:`from_dict` decides, and names the fault). ``from_dict`` calls it with a
+        JSON object's fields, the worker's decoder (``stream.kafka.codec``) with those of a typed
+        JSON decoding.
 
         >>> JobEvent.from_fields(1704067200000, "c", 7, "FAILED", ["n1"], 8, None, None, None, None,
         ...                      None, None).job_id
@@ -855,8 +848,15 @@ class JobEvent:
         ...                      None, None) is None
         True
         """
+        try:
+            ts_ms = _optional_ts(ts)
+            start_ms = _optional_ts(start)
+            end_ms = _optional_ts(end)
+        except ValueError:  # a bad time: the reference validator says which and why
+            return None
         if not (
-            TS_MIN_MS <= ts_ms < TS_MAX_MS
+            ts_ms is not None
+            and TS_MIN_MS <= ts_ms < TS_MAX_MS
             and (start_ms is None or TS_MIN_MS <= start_ms < TS_MAX_MS)
             and (end_ms is None or TS_MIN_MS <= end_ms < TS_MAX_MS)
             and type(cluster) is str

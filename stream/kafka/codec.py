@@ -125,24 +125,15 @@ class _JobWire(msgspec.Struct):
 _JOB_WIRE = msgspec.json.Decoder(_JobWire)
 
 
-def _wire_ts(value: int | str | None) -> int | None:
-    if value is None or isinstance(value, int):  # msgspec never decodes a JSON bool as an int
-        return value
-    return parse_iso_ts(value)
-
-
 def _decode_job_wire(value: bytes, source: str) -> JobEvent | None:
     """The event of a wire-form line, or None if anything about it needs the full validator
     (the same rule as :func:`_decode_ecc_wire`)."""
     try:
         wire = _JOB_WIRE.decode(value)
-        ts_ms = wire.ts if type(wire.ts) is int else parse_iso_ts(wire.ts)
-        start_ms = _wire_ts(wire.start)
-        end_ms = _wire_ts(wire.end)
-    except (msgspec.DecodeError, ValueError):
+    except msgspec.DecodeError:
         return None
     return JobEvent.from_fields(
-        ts_ms, wire.cluster, wire.job_id, wire.state, wire.nodes, wire.gpus, start_ms, end_ms,
+        wire.ts, wire.cluster, wire.job_id, wire.state, wire.nodes, wire.gpus, wire.start, wire.end,
         wire.exit_code, wire.name, wire.user, wire.partition, source,
     )  # fmt: skip
 
