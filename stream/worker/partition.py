@@ -214,11 +214,8 @@ class PartitionWorker:
         """Whether the record the merge would release next can go to the core: the core's
         watermark moves to it first (so its horizon does, for the fleet stage), then it waits,
         if it must, for the storm baseline of its period."""
-        core = self.core
-        newest = core.max_event_ms
-        if newest is None or ts_ms > newest:
-            core.advance(ts_ms)
-        ready = core.ready_for(held[0])
+        self.core.advance(ts_ms)
+        ready = self.core.ready_for(held[0])
         self.waiting_for_fleet = not ready
         return ready
 
