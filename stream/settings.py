@@ -191,6 +191,14 @@ class Settings:
         "256 ECC samples, and the agent waited for its inputs half of a backlog's replay. At least "
         "the broker's largest message; a fetch request stays capped at 50 MiB over its partitions.",
     )
+    worker_poll_bytes: int = setting(
+        1024**2,
+        "Worker: about how much (message values and keys) one poll hands to the agents, shared evenly "
+        "by the partitions with records fetched, at least one message each. Faust hands on a whole "
+        "poll before it polls again: a poll of everything fetched (up to 16 MiB a partition on a "
+        "backlog) held the jobs topic's next messages, and every partition's merge waiting for their "
+        "copies, behind seconds of detection work.",
+    )
     worker_idle_seconds: float = setting(
         0.25,
         "Worker: an input partition silent this long, with nothing left to read (as the broker said "

@@ -46,6 +46,7 @@ from stream.settings import Settings
 from stream.sinks.clickhouse import ClickHouseSink, FlushStats
 from stream.sinks.dead_letters import DeadLetterLimitExceeded
 from stream.sinks.store import connect
+from stream.worker.fetching import install as install_fair_share
 from stream.worker.metrics import WorkerMetrics
 from stream.worker.runtime import WorkerRuntime, WorkerStalled, WorkerTopics
 
@@ -139,6 +140,7 @@ def build_app(settings: Settings, security: KafkaSecurity | None = None) -> faus
         datadir=str(datadir),
         TableManager=_TablelessManager,
     )
+    install_fair_share(app, settings.worker_poll_bytes)
     kinds = {settings.topic_xid: "xid", settings.topic_ecc: "ecc", settings.topic_jobs_by_node: "job"}
     # acks=False: Faust neither tracks nor commits these offsets; the commit points do.
     jobs = app.topic(settings.topic_jobs, acks=False, **_RAW)

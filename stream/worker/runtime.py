@@ -162,6 +162,7 @@ class WorkerRuntime:
         self._idle_announced: set[int] = set()  # assigned partitions without state, said idle
         #: Whether the group has assigned this worker its partitions since its last revocation.
         self.assigned = False
+        self._assigned_at = time.monotonic()  # when the group last assigned partitions here
         self._probed: set[int] = set()  # assigned partitions without state whose checkpoint was read
         self._empty_since: dict[int, float] = {}  # those, since when they have had nothing to read
         self._last_refresh = 0.0
@@ -273,6 +274,7 @@ class WorkerRuntime:
         self._rekey_pending.append((message.partition, message.offset, delivered))
         if message.partition not in self._rekeying:
             self._rekeying.add(message.partition)
+            arrived = time.monotonic() - self._assigned_at
             # The first message since the partition was assigned here: committed as soon as its
             # copies are delivered, as a taken-over input partition commits with its first
             # message. Left to the timer, the commit waited for a round of broker requests (the
@@ -283,7 +285,11 @@ class WorkerRuntime:
             await self.commit_point.commit_rekeyed(self.topics.jobs, self._rekeyed, self._rekeyed_committed)
             if message.partition in self._rekeyed_committed:
                 offset = message.offset
-                _log.info("jobs partition %d: re-keying from offset %d, committed", message.partition, offset)
+                _log.info(
+                    "jobs partition %d: re-keying from offset %d (delivered %.1f s after the assignment), "
+                    "committed %.1f s later",
+                    message.partition, offset, arrived, time.monotonic() - self._assigned_at - arrived,
+                )  # fmt: skip
             return
         self._settle_rekeyed()
 
@@ -868,6 +874,7 @@ class WorkerRuntime:
     def note_assigned(self) -> None:
         """The group assigned this worker its partitions (after a revocation, or at start)."""
         self.assigned = True
+        self._assigned_at = time.monotonic()
         self._assignment = None
 
     def _drop(self, number: int) -> None:
