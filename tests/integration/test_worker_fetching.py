@@ -1,6 +1,7 @@
 """The worker's fair-share poll (stream/worker/fetching.py) on aiokafka's real fetcher and the real
-broker: a poll takes a share of every partition with records fetched, about its byte budget, and
-across polls hands on every record once, in each partition's order.
+broker: a poll takes a share of every partition with records fetched, about its byte budget;
+across polls it hands on every record once, in each partition's order; and after a seek it hands
+on from the new position, nothing of what it held from before.
 
 No broker fails these tests, never skips them: run them through tests/run.
 """
@@ -14,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from stream.worker.fetching import fair_poll
+from stream.worker.fetching import FairPoll
 from tests.services import kafka
 
 pytestmark = pytest.mark.integration
@@ -51,9 +52,12 @@ async def _publish(bootstrap: str, topic: str) -> None:
         await producer.stop()
 
 
-async def _polls(bootstrap: str, topic: str, budget_bytes: int) -> list[dict[int, list[bytes]]]:
+async def _polls(
+    bootstrap: str, topic: str, budget_bytes: int, seek_after_first: int | None = None
+) -> list[dict[int, list[bytes]]]:
     """Every poll (partition -> values) until all of the topic is handed on, once all its
-    partitions' first fetches are in (so that every poll has all of them to share out)."""
+    partitions' first fetches are in (so that every poll has all of them to share out);
+    ``seek_after_first``: partition 0 is sought back to this offset after the first poll."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     await consumer.start()
     try:
@@ -67,13 +71,19 @@ async def _polls(bootstrap: str, topic: str, budget_bytes: int) -> list[dict[int
             await asyncio.sleep(0.05)
         assert len(fetcher._records) == len(SIZES), "the partitions' first fetches did not all arrive"
         polls: list[dict[int, list[bytes]]] = []
-        total = sum(SIZES.values())
-        while sum(len(values) for poll in polls for values in poll.values()) < total:
-            assert len(polls) < 10 * total, "the polls stopped handing records on"
-            drained = await fair_poll(fetcher, set(), 2.0, budget_bytes)
+        poll = FairPoll(budget_bytes)
+        last = {partition: _value(partition, size - 1) for partition, size in SIZES.items()}
+        reached: set[int] = set()
+        while reached != set(SIZES):
+            assert len(polls) < 10 * sum(SIZES.values()), "the polls stopped handing records on"
+            drained = await poll(fetcher, set(), 2.0)
             polls.append(
                 {tp.partition: [record.value for record in records] for tp, records in drained.items()}
             )
+            reached |= {partition for partition, values in polls[-1].items() if values[-1] == last[partition]}
+            if len(polls) == 1 and seek_after_first is not None:
+                consumer.seek(tps[0], seek_after_first)
+                reached.discard(0)
         return polls
     finally:
         await consumer.stop()
@@ -105,4 +115,18 @@ def test_a_budget_below_one_message_a_partition_still_takes_one_of_each(bootstra
     for partition, size in SIZES.items():
         assert [value for poll in polls for value in poll.get(partition, [])] == [
             _value(partition, n) for n in range(size)
+        ]
+
+
+def test_after_a_seek_the_poll_hands_on_from_there_and_nothing_it_held(bootstrap, topic):
+    asyncio.run(_publish(bootstrap, topic))
+    budget = 60  # messages
+    polls = asyncio.run(_polls(bootstrap, topic, budget * VALUE_BYTES, seek_after_first=5))
+    first = polls[0][0]
+    assert 5 < len(first) < SIZES[0]  # the poll held more of partition 0 than it handed on
+    after = [value for poll in polls[1:] for value in poll.get(0, [])]
+    assert after == [_value(0, n) for n in range(5, SIZES[0])]
+    for partition in (1, 2):
+        assert [value for poll in polls for value in poll.get(partition, [])] == [
+            _value(partition, n) for n in range(SIZES[partition])
         ]
