@@ -74,6 +74,16 @@ def test_worker_throughput_smoke(bootstrap: str, tmp_path: Path) -> None:
     assert all(number(n) > 0 for cell in copies for n in cell.split(" / ")), copies
 
 
+def test_worker_settings_smoke(bootstrap: str, tmp_path: Path) -> None:
+    table = run_benchmark("worker_settings.py", bootstrap, tmp_path)
+    assert "FAULTSTREAM_WORKER_POLL_BYTES" in table
+    for value in ("1048576", "1000000000"):
+        launch, steady, launch_ratio, _steady_ratio = cells(table, value)
+        assert number(launch) > 0 and number(launch_ratio) > 0, table
+        assert steady == "n/a" or number(steady) > 0, table
+    assert cells(table, "1048576")[2] == "1", table  # the first value is the ratios' reference
+
+
 def test_latency_smoke(bootstrap: str, tmp_path: Path) -> None:
     table = run_benchmark("latency.py", bootstrap, tmp_path)
     assert "FAULTSTREAM_WORKER_FLUSH_SECONDS=" in table and "row is in ClickHouse" in table
