@@ -48,9 +48,12 @@ def fetch_state(app: Any, tp: Any) -> str:
         ktp = next(t for t in assignment.tps if t.topic == tp.topic and t.partition == tp.partition)
         state = assignment.state_value(ktp)
         cached = kafka._fetcher._records.get(ktp)
+        held = getattr(consumer._thread, "fair_poll", None)
+        waiting = held.waiting.get(ktp) if held is not None else None
         return (
             f"{faust_state}; aiokafka: position={state._position} paused={state.paused} "
             f"cached={type(cached).__name__ if cached is not None else None}; "
+            f"held for the next polls: {len(waiting.records) if waiting is not None else 0}; "
             f"fetcher awaits: {_fetcher_awaits(getattr(consumer._thread, 'thread_loop', None))}"
         )
     except Exception as exc:  # private attributes of two libraries: best effort only
