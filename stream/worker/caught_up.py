@@ -20,16 +20,18 @@ PENDING_GAUGES = (
 )
 
 
-def metric_sum(page: str, name: str) -> float:
-    """Sum of a metric's samples on a /metrics page (0.0 if it has none).
+def metric_sum(page: str, name: str, label: str = "") -> float:
+    """Sum of a metric's samples on a /metrics page (0.0 if it has none); ``label`` (``key="value"``):
+    only the samples that carry it.
 
-    >>> metric_sum('a{p="0"} 2.0\\na{p="1"} 3.0\\nab 7.0\\n', "a")
-    5.0
+    >>> page = 'a{p="0"} 2.0\\na{p="1"} 3.0\\nab 7.0\\n'
+    >>> metric_sum(page, "a"), metric_sum(page, "a", 'p="1"')
+    (5.0, 3.0)
     """
     return sum(
         float(line.rsplit(" ", 1)[1])
         for line in page.splitlines()
-        if line.startswith(name) and (line[len(name)] in " {")
+        if line.startswith(name) and (line[len(name)] in " {") and label in line
     )
 
 

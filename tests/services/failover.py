@@ -37,6 +37,7 @@ from pathlib import Path
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from stream.worker.caught_up import metric_sum
 from tests.services.worker import ROOT, Worker, input_topics
 
 __all__ = [
@@ -295,14 +296,7 @@ def _rekeying(workers: list[Worker], jobs_topic: str, seconds: float = 0.3) -> i
 
     def counts() -> list[float]:
         pages = [worker.metrics_page() or "" for worker in workers]
-        return [
-            sum(
-                float(line.rsplit(" ", 1)[1])
-                for line in page.splitlines()
-                if line.startswith("faultstream_events_in_total{") and f'topic="{jobs_topic}"' in line
-            )
-            for page in pages
-        ]
+        return [metric_sum(page, "faultstream_events_in_total", f'topic="{jobs_topic}"') for page in pages]
 
     before = counts()
     time.sleep(seconds)
