@@ -66,6 +66,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.partitioner import murmur2
+from worker_throughput import add_kafka_argument
 
 from schemas.timeutil import format_ts
 from stream.settings import Settings
@@ -567,11 +568,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument(
-        "--kafka",
-        default=os.environ.get("FAULTSTREAM_KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
-        help="bootstrap HOST:PORT (default FAULTSTREAM_KAFKA_BOOTSTRAP or 127.0.0.1:9092)",
-    )
+    add_kafka_argument(parser)
     parser.add_argument("--rates", default="5000,20000", help="records/s, comma-separated")
     parser.add_argument("--seconds", type=float, default=300, help="measured seconds a rate")
     parser.add_argument("--warmup", type=float, default=10, help="at least this, and the first commit")

@@ -16,11 +16,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import worker_throughput as bench
@@ -32,23 +29,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument(
-        "--kafka",
-        default=os.environ.get("FAULTSTREAM_KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
-        help="bootstrap HOST:PORT (default FAULTSTREAM_KAFKA_BOOTSTRAP or 127.0.0.1:9092)",
-    )
+    bench.add_cluster_arguments(parser, "runs a value; the table shows the median")
     parser.add_argument("--setting", default=SMOKE_SETTING, help="a FAULTSTREAM_* variable")
     parser.add_argument("--values", default="1048576,1000000000", help="its values, comma-separated")
     parser.add_argument("--per-message", type=int, default=256, help="records a message")
-    parser.add_argument("--nodes", type=int, default=100)
-    parser.add_argument("--days", type=float, default=30)
-    parser.add_argument("--runs", type=int, default=3, help="runs a value; the table shows the median")
-    parser.add_argument("--partitions", type=int, default=1, help="partitions of xid, ecc, jobs-by-node")
-    parser.add_argument("--workdir", type=Path, help="simulation, stores and logs (default: a temp folder)")
-    parser.add_argument("--smoke", action="store_true", help="tiny run for CI: 8 nodes x 1 day, 1 run")
-    args = parser.parse_args(argv)
-    if args.smoke:
-        args.nodes, args.days, args.runs = 8, 1.0, 1
+    args = bench.cluster_arguments(parser, argv)
     args.values = [value.strip() for value in args.values.split(",") if value.strip()]
     if (
         not args.setting.startswith("FAULTSTREAM_")
@@ -115,21 +100,11 @@ def render(args: argparse.Namespace, runs: dict, records: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.ERROR)
-    logging.getLogger("aiokafka.cluster").setLevel(logging.CRITICAL)
-    workdir = (args.workdir or Path(tempfile.mkdtemp(prefix="worker-settings-"))).resolve()
-    (workdir / "logs").mkdir(parents=True, exist_ok=True)
-    try:
-        sim = workdir / "sim"
-        bench.log(f"simulating {args.nodes} nodes x {args.days:g} days into {sim} ...")
-        bench.run_cli(["simulate", "--nodes", str(args.nodes), "--days", str(args.days), "--out", str(sim)],
-                      dict(os.environ))  # fmt: skip
-        runs, records = asyncio.run(measure(args, [sim / name for name in bench.INPUTS], workdir))
-        print(render(args, runs, records), flush=True)
-    finally:
-        if args.workdir is None:
-            shutil.rmtree(workdir, ignore_errors=True)
-    return 0
+
+    def table(files: list[Path], workdir: Path) -> str:
+        return render(args, *asyncio.run(measure(args, files, workdir)))
+
+    return bench.on_simulated_cluster(args, "worker-settings-", table)
 
 
 if __name__ == "__main__":

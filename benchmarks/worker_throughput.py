@@ -77,7 +77,7 @@ import tempfile
 import time
 import urllib.request
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -637,53 +637,79 @@ def render(args: argparse.Namespace, results: Results, facts: dict) -> str:
     return "\n".join(lines)
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+def add_kafka_argument(parser: argparse.ArgumentParser) -> None:
+    """``--kafka``, as every benchmark that needs the broker takes it."""
     parser.add_argument(
         "--kafka",
         default=os.environ.get("FAULTSTREAM_KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
         help="bootstrap HOST:PORT (default FAULTSTREAM_KAFKA_BOOTSTRAP or 127.0.0.1:9092)",
     )
+
+
+def add_cluster_arguments(parser: argparse.ArgumentParser, runs_help: str) -> None:
+    """The options of a worker benchmark on a simulated cluster (this one, worker_settings.py):
+    the broker, the work folder, the cluster's size, the runs, the partitions and ``--smoke``."""
+    add_kafka_argument(parser)
     parser.add_argument(
         "--workdir", type=Path, help="simulation, stores and logs (default: a temp folder, removed)"
     )
     parser.add_argument("--nodes", type=int, default=100)
     parser.add_argument("--days", type=float, default=30)
-    parser.add_argument("--runs", type=int, default=3, help="runs a row; the table shows the median")
-    parser.add_argument("--per-message", default="1,256", help="records-a-message settings, comma-separated")
+    parser.add_argument("--runs", type=int, default=3, help=runs_help)
     parser.add_argument("--partitions", type=int, default=1, help="partitions of xid, ecc, jobs-by-node")
     parser.add_argument("--smoke", action="store_true", help="tiny run for CI: 8 nodes x 1 day, 1 run")
+
+
+def cluster_arguments(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """Parse ``argv``, a ``--smoke`` run made tiny (8 nodes x 1 day, 1 run)."""
     args = parser.parse_args(argv)
     if args.smoke:
         args.nodes, args.days, args.runs = 8, 1.0, 1
+    return args
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add_cluster_arguments(parser, "runs a row; the table shows the median")
+    parser.add_argument("--per-message", default="1,256", help="records-a-message settings, comma-separated")
+    args = cluster_arguments(parser, argv)
     args.per_message = [int(part) for part in args.per_message.split(",") if part.strip()]
     if not args.per_message or min(args.per_message) < 1 or args.runs < 1:
         parser.error("--per-message needs numbers >= 1 and --runs at least 1")
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def on_simulated_cluster(
+    args: argparse.Namespace, prefix: str, table: Callable[[list[Path], Path], str]
+) -> int:
+    """Simulate ``args.nodes`` x ``args.days`` into the work folder (``--workdir``, or a temp
+    folder ``prefix``..., removed after), print ``table(files, workdir)`` for its input files."""
     # The long-lived clients warn about the benchmark's own deleted topics still in their metadata.
     logging.basicConfig(level=logging.ERROR)
     logging.getLogger("aiokafka.cluster").setLevel(logging.CRITICAL)
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="worker-throughput-"))
-    workdir = workdir.resolve()
+    workdir = (args.workdir or Path(tempfile.mkdtemp(prefix=prefix))).resolve()
     (workdir / "logs").mkdir(parents=True, exist_ok=True)
     try:
         sim = workdir / "sim"
         log(f"simulating {args.nodes} nodes x {args.days:g} days into {sim} ...")
         run_cli(["simulate", "--nodes", str(args.nodes), "--days", str(args.days), "--out", str(sim)],
                 dict(os.environ))  # fmt: skip
-        files = [sim / name for name in INPUTS]
-        results, facts = asyncio.run(measure(args, files, workdir))
-        print(render(args, results, facts), flush=True)
+        print(table([sim / name for name in INPUTS], workdir), flush=True)
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+
+    def table(files: list[Path], workdir: Path) -> str:
+        return render(args, *asyncio.run(measure(args, files, workdir)))
+
+    return on_simulated_cluster(args, "worker-throughput-", table)
 
 
 if __name__ == "__main__":
