@@ -274,7 +274,7 @@ class WorkerRuntime:
         self._rekey_pending.append((message.partition, message.offset, delivered))
         if message.partition not in self._rekeying:
             self._rekeying.add(message.partition)
-            arrived = time.monotonic() - self._assigned_at
+            arrived_at = time.monotonic()
             # The first message since the partition was assigned here: committed as soon as its
             # copies are delivered, as a taken-over input partition commits with its first
             # message. Left to the timer, the commit waited for a round of broker requests (the
@@ -288,7 +288,7 @@ class WorkerRuntime:
                 _log.info(
                     "jobs partition %d: re-keying from offset %d (delivered %.1f s after the assignment), "
                     "committed %.1f s later",
-                    message.partition, offset, arrived, time.monotonic() - self._assigned_at - arrived,
+                    message.partition, offset, arrived_at - self._assigned_at, time.monotonic() - arrived_at,
                 )  # fmt: skip
             return
         self._settle_rekeyed()
