@@ -95,6 +95,9 @@ class FailingClient:
             raise ConnectionError("ClickHouse is down")
         return self.real.insert(*args, **kwargs)
 
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
 
 def test_failed_flush_keeps_the_batch_and_a_retry_writes_it(store):
     client, settings = store

@@ -16,7 +16,16 @@ import pytest
 from schemas.records import EccSample, InvalidRecord, JobEvent, JobState, XidEvent
 from stream.inputs.files import LateRecord, MergedInputs
 from stream.inputs.parsers.options import ParseOptions
-from stream.kafka.codec import decode_message, decode_record, encode_record, partition_for_key, record_key
+from stream.kafka import codec
+from stream.kafka.codec import (
+    decode_message,
+    decode_message_lines,
+    decode_record,
+    encode_record,
+    message_lines,
+    partition_for_key,
+    record_key,
+)
 from stream.kafka.publish import MessageBatcher
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -166,3 +175,49 @@ def test_the_typed_decoders_agree_with_the_reference_validator(kind, reference, 
         assert got == _reference(reference, line), (kind, line)
         outcomes.add(got[0] if isinstance(got, tuple) else got)
     assert outcomes == {"accepted", "rejected", "not json"}
+
+
+def _line_by_line(kind: str, value: bytes, offset: int) -> list[tuple[object, bytes]]:
+    decoded: list[tuple[object, bytes]] = []
+    for location, line in message_lines(value, offset):
+        try:
+            decoded.append((decode_record(kind, line, "ecc/0", location), line))
+        except InvalidRecord as exc:
+            decoded.append((exc, line))
+    return decoded
+
+
+def _comparable(items: list[tuple[object, bytes]]) -> list[object]:
+    return [
+        ("invalid", item.reason, item.source, item.location, item.raw, line)
+        if isinstance(item, InvalidRecord)
+        else (dataclasses.astuple(item), line)
+        for item, line in items
+    ]
+
+
+def test_a_message_of_ecc_lines_decodes_as_its_lines_one_by_one() -> None:
+    """ECC messages are decoded in one call of the typed decoder: every record, location, dead
+    letter and line as the line-by-line path gives them, whatever the message holds."""
+    rng = random.Random(20261205)
+    keys = [*_ECC_BASE, "extra"]
+    paths = set()
+    for offset in range(400):
+        lines = []
+        for n in range(rng.randrange(1, 12)):
+            document = copy.deepcopy(_ECC_BASE)
+            document["node"] = f"node{n:04d}"
+            if rng.random() < 0.2:  # one mutated field: some lines are refused, some accepted
+                document[rng.choice(keys)] = copy.deepcopy(rng.choice(_ECC_MUTATIONS))
+            line = json.dumps(document, separators=(",", ":")).encode()
+            if rng.random() < 0.02:
+                line = line[: rng.randrange(len(line))]
+            if rng.random() < 0.02:
+                line = b"  " if rng.random() < 0.5 else b""
+            lines.append(line)
+        value = b"\n".join(lines) + (b"\n" if rng.random() < 0.3 else b"")
+        expected = _comparable(_line_by_line("ecc", value, offset))
+        batched = codec._decode_ecc_message(value, "ecc/0", offset) if b"\n" in value else None
+        paths.add("batched" if batched is not None else "line by line")
+        assert _comparable(list(decode_message_lines("ecc", value, "ecc/0", offset))) == expected, value
+    assert paths == {"batched", "line by line"}
