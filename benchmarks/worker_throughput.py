@@ -629,6 +629,10 @@ def render(args: argparse.Namespace, results: Results, facts: dict) -> str:
         "launch: from process launch (bare consumer: client start) to the last record; steady: from the "
         "first message (worker: first commit; embedded: the replay's own seconds)."
     )
+    lines.append(
+        "every row launches from this checkout, its modules byte-compiled first, as `pip install` does "
+        "(PYTHONDONTWRITEBYTECODE would have them compiled from source at every launch)."
+    )
     tail = f"{min(results.tails, default=0):.1f}-{max(results.tails, default=0):.1f}"
     lines.append(
         "worker's last record: every input offset committed and nothing held back by its merge; after "
