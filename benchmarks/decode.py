@@ -16,8 +16,12 @@ the table shows the median over ``--runs`` runs, in microseconds per record:
 * ``loads``: ``orjson.loads`` alone, the floor;
 * ``loads+from_dict``: what validation adds, the figure the target (<= 3 us, wire form, ECC and
   XID) is about;
-* ``decode_record``: the worker's call (``stream.kafka.codec.decode_record``), which also builds
-  the ``source`` string and wraps failures.
+* ``decode_record``: the worker's call for a one-record message
+  (``stream.kafka.codec.decode_record``), which also builds the ``source`` string and wraps
+  failures;
+* ``in 256s``: the worker's call for messages of 256 records (``decode_message_lines``, each
+  record with its line), per record: a message of ECC lines is decoded in one call of the typed
+  decoder.
 
 The garbage collector stays on, as in the worker. These machines are noisy: compare figures of
 one run of this script, not across runs.
@@ -40,7 +44,7 @@ import orjson
 from schemas.records import RECORD_KIND, EccSample, InvalidRecord, JobEvent, Record, XidEvent
 from stream.inputs.files import read_records
 from stream.inputs.parsers.options import ParseOptions
-from stream.kafka.codec import decode_record
+from stream.kafka.codec import decode_message_lines, decode_record
 from stream.simulator import SimulationConfig, simulate
 
 #: The simulator's files, the kind of record each yields, in the order of the table.
@@ -53,8 +57,11 @@ _PARSERS: dict[str, Callable[[object, str], Record]] = {
 #: A ``source`` as the worker passes it (``topic/partition:location``).
 _SOURCE = "faultstream.ecc/0:offset 123456"
 
+#: Records a message in the last column (``replay --to``'s default batch).
+_PER_MESSAGE = 256
+
 #: Column widths of the table; a negative width aligns left.
-_WIDTHS = (-5, -5, 8, 7, 16, 10, 14)
+_WIDTHS = (-5, -5, 8, 7, 16, 10, 14, 9)
 
 
 def _cell(value: str | float, width: int) -> str:
@@ -90,9 +97,11 @@ def _serialise(records: Sequence[Record], form: str) -> list[bytes]:
     return lines
 
 
-def _measure(kind: str, lines: list[bytes], count: int, runs: int) -> tuple[float, float, float]:
-    """Median us/record over ``runs`` runs of ``count`` lines: loads, loads+from_dict, decode_record."""
+def _measure(kind: str, lines: list[bytes], count: int, runs: int) -> tuple[float, float, float, float]:
+    """Median us/record over ``runs`` runs of ``count`` lines: loads, loads+from_dict, decode_record,
+    and decode_message_lines over messages of ``_PER_MESSAGE`` lines."""
     batch = (lines * -(-count // len(lines)))[:count]
+    messages = [b"\n".join(batch[i : i + _PER_MESSAGE]) for i in range(0, count, _PER_MESSAGE)]
     loads = orjson.loads
     parse = _PARSERS[kind]
     source = _SOURCE
@@ -109,19 +118,25 @@ def _measure(kind: str, lines: list[bytes], count: int, runs: int) -> tuple[floa
         for line in batch:
             decode_record(kind, line, "faultstream.ecc/0", "offset 123456")
 
+    def worker_message() -> None:
+        for offset, value in enumerate(messages):
+            for item, _ in decode_message_lines(kind, value, "faultstream.ecc/0", offset):
+                if isinstance(item, InvalidRecord):
+                    raise SystemExit(f"{kind}: a line of a message did not decode: {item.reason}")
+
     loads_only()  # warm up: orjson's key cache, the PCI id cache, the allocator
     loads_and_validate()
     # The three bodies take turns within each run, so that a burst of load on the machine falls
     # on all three figures of a run rather than on one.
-    bodies = (loads_only, loads_and_validate, worker_call)
-    samples: tuple[list[float], ...] = ([], [], [])
+    bodies = (loads_only, loads_and_validate, worker_call, worker_message)
+    samples: tuple[list[float], ...] = ([], [], [], [])
     for _ in range(runs):
         for body, times in zip(bodies, samples, strict=True):
             started = time.perf_counter_ns()
             body()
             times.append((time.perf_counter_ns() - started) / count / 1000)
-    loads_us, total_us, worker_us = (statistics.median(times) for times in samples)
-    return loads_us, total_us, worker_us
+    loads_us, total_us, worker_us, message_us = (statistics.median(times) for times in samples)
+    return loads_us, total_us, worker_us, message_us
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -149,13 +164,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{args.nodes} nodes x {args.days:g} days (seed {args.seed}); us per record, "
         f"median of {args.runs} runs of {args.records:,} records"
     )
-    header = ("kind", "form", "distinct", "loads", "loads+from_dict", "from_dict", "decode_record")
+    header = ("kind", "form", "distinct", "loads", "loads+from_dict", "from_dict", "decode_record", "in 256s")
     print(" ".join(_cell(title, width) for title, width in zip(header, _WIDTHS, strict=True)))
     for kind, records in by_kind.items():
         for form in ("iso", "wire"):
             lines = _serialise(records, form)
-            loads_us, total_us, worker_us = _measure(kind, lines, args.records, args.runs)
-            row = (kind, form, f"{len(lines):,}", loads_us, total_us, total_us - loads_us, worker_us)
+            loads_us, total_us, worker_us, message_us = _measure(kind, lines, args.records, args.runs)
+            row = (
+                kind,
+                form,
+                f"{len(lines):,}",
+                loads_us,
+                total_us,
+                total_us - loads_us,
+                worker_us,
+                message_us,
+            )
             print(" ".join(_cell(value, width) for value, width in zip(row, _WIDTHS, strict=True)))
     return 0
 
