@@ -152,7 +152,7 @@ def partition_for_key(key: bytes, partitions: int) -> int:
 
     Publishers batching several keys into one message, and the worker re-keying jobs, place
     records exactly where a one-record-a-message producer keyed by node would have. Remembered
-    (a fleet has a bounded set of nodes): aiokafka's murmur2 is Python, ~3 µs a key, and the
+    (a fleet has a bounded set of nodes): aiokafka's murmur2 is Python, ~2 µs a key, and the
     worker asks it for every node of every job it re-keys and of every record its core judges.
 
     >>> [partition_for_key(b"node%04d" % n, 4) for n in range(1, 7)]
