@@ -89,10 +89,18 @@ def _decode_ecc_wire(value: bytes, source: str) -> EccSample | None:
     fault, so every dead letter's reason is the same whichever path read the line."""
     try:
         wire = _ECC_WIRE.decode(value)
+    except msgspec.DecodeError:
+        return None
+    return _ecc_sample_of(wire, source)
+
+
+def _ecc_sample_of(wire: _EccWire, source: str) -> EccSample | None:
+    """The sample of a decoded wire-form line, or None (as :func:`_decode_ecc_wire`)."""
+    try:
         ts_ms = wire.ts if type(wire.ts) is int else parse_iso_ts(wire.ts)
         pci = wire.pci_bus_id
         pci_bus_id = "" if not pci else normalize_pci_bus_id(pci)
-    except (msgspec.DecodeError, ValueError):
+    except ValueError:
         return None
     return EccSample.from_fields(
         ts_ms, wire.cluster, wire.node, wire.gpu, pci_bus_id, wire.counters, source, counters_checked=True
@@ -284,22 +292,7 @@ def _decode_ecc_message(
     decoded: list[tuple[Record | InvalidRecord, bytes]] = []
     prefix = f"{source}:offset {offset} line "
     for number, (wire, line) in enumerate(zip(wires, lines, strict=True), 1):
-        sample: EccSample | None = None
-        try:
-            ts_ms = wire.ts if type(wire.ts) is int else parse_iso_ts(wire.ts)
-            pci = wire.pci_bus_id
-            sample = EccSample.from_fields(
-                ts_ms,
-                wire.cluster,
-                wire.node,
-                wire.gpu,
-                "" if not pci else normalize_pci_bus_id(pci),
-                wire.counters,
-                f"{prefix}{number}",
-                counters_checked=True,
-            )
-        except ValueError:
-            pass
+        sample = _ecc_sample_of(wire, f"{prefix}{number}")
         if sample is not None:
             decoded.append((sample, line))
             continue

@@ -308,16 +308,17 @@ class ClickHouseSink:
             for table, rows in tables.items():
                 if not rows:
                     continue
-                name = f"{self.database}.{table}"
+                name, columns = f"{self.database}.{table}", list(_COLUMNS[table])
                 try:
                     context = self._contexts.get(table)
                     if context is None:
-                        context = self.client.create_insert_context(name, column_names=list(_COLUMNS[table]))
-                    self.client.insert(name, rows, column_names=list(_COLUMNS[table]), context=context)
+                        context = self._contexts[table] = self.client.create_insert_context(
+                            name, column_names=columns
+                        )
+                    self.client.insert(name, rows, column_names=columns, context=context)
                 except Exception as exc:
                     self._contexts.pop(table, None)  # it may still hold the failed rows
                     raise SinkFlushError(f"insert into {name} failed: {exc}") from exc
-                self._contexts[table] = context
                 written += len(rows)
             del self._batches[number]
         self.rows_written += written
