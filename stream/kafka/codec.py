@@ -89,7 +89,7 @@ def _decode_ecc_wire(value: bytes, source: str) -> EccSample | None:
     fault, so every dead letter's reason is the same whichever path read the line."""
     try:
         wire = _ECC_WIRE.decode(value)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, ValueError):  # ValueError: bytes that are not UTF-8
         return None
     return _ecc_sample_of(wire, source)
 
@@ -139,7 +139,7 @@ def _decode_job_wire(value: bytes, source: str) -> JobEvent | None:
     (the same rule as :func:`_decode_ecc_wire`)."""
     try:
         wire = _JOB_WIRE.decode(value)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, ValueError):  # ValueError: bytes that are not UTF-8
         return None
     return JobEvent.from_fields(
         wire.ts, wire.cluster, wire.job_id, wire.state, wire.nodes, wire.gpus, wire.start, wire.end,
@@ -285,7 +285,7 @@ def _decode_ecc_message(
         lines.pop()  # a final newline ends the last line
     try:
         wires = _ECC_WIRE.decode_lines(value)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, ValueError):  # ValueError: bytes that are not UTF-8
         return None
     if len(wires) != len(lines):
         return None  # blank lines: their numbers count, and the line-by-line path keeps them

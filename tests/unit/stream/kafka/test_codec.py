@@ -221,3 +221,21 @@ def test_a_message_of_ecc_lines_decodes_as_its_lines_one_by_one() -> None:
         paths.add("batched" if batched is not None else "line by line")
         assert _comparable(list(decode_message_lines("ecc", value, "ecc/0", offset))) == expected, value
     assert paths == {"batched", "line by line"}
+
+
+@pytest.mark.parametrize("kind", ["ecc", "job"])
+def test_a_line_that_is_not_utf8_is_a_dead_letter_beside_good_ones(kind: str) -> None:
+    """msgspec raises UnicodeDecodeError, not its DecodeError, on bytes that are not UTF-8 in a
+    string: the typed decoders crashed the worker on one (found by the fuzz test)."""
+    good = {"ecc": _ECC_BASE, "job": _JOB_BASE}[kind]
+    line = json.dumps(good).encode()
+    bad = line.replace(b'"c"' if kind == "ecc" else b'"sim"', b'"\xff\xfec"', 1)
+    assert bad != line
+    value = b"\n".join([line, bad, line])
+    items = [item for item, _ in decode_message_lines(kind, value, f"{kind}/0", 9)]
+    assert [type(item).__name__ for item in items][1] == "InvalidRecord"
+    assert not any(isinstance(item, InvalidRecord) for item in (items[0], items[2])), items
+    assert items[1].location == "offset 9 line 2" and items[1].raw == bad
+    assert items[1].reason.startswith("not JSON")
+    with pytest.raises(InvalidRecord, match="not JSON"):
+        decode_record(kind, bad, f"{kind}/0", "offset 10")
