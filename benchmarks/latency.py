@@ -16,8 +16,9 @@ printed) and drives it with a producer that plays a live fleet:
   ``--app-xids`` application XIDs a second (13, 31, 43: info, no incident), ``--job-events`` job
   starts and ends a second (RUNNING, later COMPLETED, on 1-8 nodes), the rest ECC samples;
 * batching as a collector would: every ``--tick-ms`` (5 ms) the records made since the last tick are
-  sent, one message per topic partition (newline-delimited records, at most 256 a message; the
-  partition from the key with Kafka's default partitioner), so a record waits at most one tick;
+  sent, one message per topic partition (newline-delimited records, at most 256 a message, or
+  ``--records-per-message``: 1 plays a producer that sends a record a message; the partition from
+  the key with Kafka's default partitioner), so a record waits at most one tick;
 * planted critical XIDs: after a warm-up (until the worker's first commit, at least ``--warmup``
   seconds), one XID 79 "GPU has fallen off the bus" every ``--plant-every`` seconds, each on a GPU
   no other plant uses (GPUs 0-6 of the fleet's nodes), its send time remembered.
@@ -352,8 +353,9 @@ class Producer:
 
     async def _send(self, pending: dict[tuple[str, int], list[tuple[bytes, bytes]]], ts_ms: int) -> None:
         for (kind, partition), items in pending.items():
-            for start in range(0, len(items), MAX_RECORDS_A_MESSAGE):
-                chunk = items[start : start + MAX_RECORDS_A_MESSAGE]
+            most = self.args.records_per_message
+            for start in range(0, len(items), most):
+                chunk = items[start : start + most]
                 future = await self.producer.send(
                     self.topics[kind],
                     value=b"\n".join(value for _, value in chunk),
@@ -529,7 +531,7 @@ def render(args: argparse.Namespace, outcomes: list[Outcome]) -> str:
         f"mix a second: {args.app_xids:g} application XIDs, {args.job_events:g} job starts/ends, "
         f"the plants, ECC samples for the rest; event time = wall time",
         f"producer: every {args.tick_ms:g} ms the records made since the last tick go out, one message per "
-        f"topic partition (<= {MAX_RECORDS_A_MESSAGE} records, newline-delimited)",
+        f"topic partition (<= {args.records_per_message} records, newline-delimited)",
         "latency = incident received on the incidents topic - planted XID's message handed to the producer;",
         "incidents are sent after the worker's ClickHouse flush at its commit point, so an incident on the "
         "topic means its row is in ClickHouse",
@@ -584,6 +586,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--job-events", type=float, default=0.1, help="job starts and ends a second")
     parser.add_argument("--tick-ms", type=float, default=5.0, help="producer batching interval")
     parser.add_argument(
+        "--records-per-message",
+        type=int,
+        default=MAX_RECORDS_A_MESSAGE,
+        help="records a message at most (1: a producer that sends one record a message)",
+    )
+    parser.add_argument(
         "--partitions", type=int, help="FAULTSTREAM_TOPIC_PARTITIONS (default: the setting's)"
     )
     parser.add_argument("--flush-seconds", type=float, help="FAULTSTREAM_WORKER_FLUSH_SECONDS")
@@ -597,6 +605,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--smoke", action="store_true", help="tiny run for CI: 200 records/s for 5 s")
     parser.add_argument("--json", action="store_true", help="also print the figures as one JSON line")
     args = parser.parse_args(argv)
+    if args.records_per_message < 1:
+        parser.error("--records-per-message: at least 1")
     if args.smoke:
         args.rates, args.seconds, args.nodes, args.warmup, args.tail, args.drain = (
             "200",

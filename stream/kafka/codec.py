@@ -211,19 +211,29 @@ def decode_record(kind: str, value: bytes, source: str, location: str) -> Record
         raise InvalidRecord(exc.reason, value, source, location) from None
 
 
-def message_lines(value: bytes | None, offset: int) -> Iterator[tuple[str, bytes]]:
+def message_lines(
+    value: bytes | None, offset: int, joined_from: int | None = None
+) -> Iterator[tuple[str, bytes]]:
     """``(location, line)`` of each record line of a message value (empty lines skipped).
 
     A message without a value (a tombstone, which no producer of ours sends) is one empty line:
-    one dead letter, not a worker stopped by a ``TypeError``.
+    one dead letter, not a worker stopped by a ``TypeError``. ``joined_from``: the value joins
+    one-line messages from that offset on (:mod:`stream.worker.joining`); each line is then located
+    at its own offset, empty or not, as it would be had it come alone.
 
     >>> list(message_lines(b"a", 7)), list(message_lines(b"a\\n\\nb\\n", 8))
     ([('offset 7', b'a')], [('offset 8 line 1', b'a'), ('offset 8 line 3', b'b')])
     >>> list(message_lines(None, 9))
     [('offset 9', b'')]
+    >>> list(message_lines(b"a\\n\\nb", 12, joined_from=10))
+    [('offset 10', b'a'), ('offset 11', b''), ('offset 12', b'b')]
     """
     if value is None:
         value = b""
+    if joined_from is not None:
+        for number, line in enumerate(value.split(b"\n"), joined_from):
+            yield f"offset {number}", line
+        return
     if b"\n" not in value:
         yield f"offset {offset}", value
         return
@@ -251,21 +261,22 @@ def decode_message(
 
 
 def decode_message_lines(
-    kind: str, value: bytes | None, source: str, offset: int
+    kind: str, value: bytes | None, source: str, offset: int, joined_from: int | None = None
 ) -> Iterator[tuple[Record | InvalidRecord, bytes]]:
     """:func:`decode_message`, each record with the line it came from (the worker keeps a held
     record's line: its checkpoint stores lines, which pickle at a fraction of a record's cost).
+    ``joined_from``: as for :func:`message_lines`.
 
     >>> xid = b'{"ts": 1704067200000, "cluster": "c", "node": "n1", "xid": 79}'
     >>> [(r.xid, line == xid) for r, line in decode_message_lines("xid", xid, "xid/0", 5)]
     [(79, True)]
     """
     if kind == "ecc" and value and b"\n" in value:
-        decoded = _decode_ecc_message(value, source, offset)
+        decoded = _decode_ecc_message(value, source, offset, joined_from)
         if decoded is not None:
             yield from decoded
             return
-    for location, line in message_lines(value, offset):
+    for location, line in message_lines(value, offset, joined_from):
         try:
             yield decode_record(kind, line, source, location), line
         except InvalidRecord as error:
@@ -273,7 +284,7 @@ def decode_message_lines(
 
 
 def _decode_ecc_message(
-    value: bytes, source: str, offset: int
+    value: bytes, source: str, offset: int, joined_from: int | None
 ) -> list[tuple[Record | InvalidRecord, bytes]] | None:
     """A message of ECC lines decoded in one call of the typed decoder (most of a cluster's
     messages: nine records in ten are ECC samples), or None when any line needs the line-by-line
@@ -281,8 +292,8 @@ def _decode_ecc_message(
     locations and dead letters are the same whichever path read the message. A line the typed
     fields accept but the sample's checks refuse goes through :func:`decode_record` alone."""
     lines = value.split(b"\n")
-    if not lines[-1]:
-        lines.pop()  # a final newline ends the last line
+    if not lines[-1] and joined_from is None:
+        lines.pop()  # a final newline ends the last line (a joined message's last line is a record)
     try:
         wires = _ECC_WIRE.decode_lines(value)
     except (msgspec.DecodeError, ValueError):  # ValueError: bytes that are not UTF-8
@@ -290,14 +301,16 @@ def _decode_ecc_message(
     if len(wires) != len(lines):
         return None  # blank lines: their numbers count, and the line-by-line path keeps them
     decoded: list[tuple[Record | InvalidRecord, bytes]] = []
-    prefix = f"{source}:offset {offset} line "
-    for number, (wire, line) in enumerate(zip(wires, lines, strict=True), 1):
+    # A line's location, as message_lines names it: "offset O line i", or a joined line's own offset.
+    where, first = (f"offset {offset} line ", 1) if joined_from is None else ("offset ", joined_from)
+    prefix = f"{source}:{where}"
+    for number, (wire, line) in enumerate(zip(wires, lines, strict=True), first):
         sample = _ecc_sample_of(wire, f"{prefix}{number}")
         if sample is not None:
             decoded.append((sample, line))
             continue
         try:
-            decoded.append((decode_record("ecc", line, source, f"offset {offset} line {number}"), line))
+            decoded.append((decode_record("ecc", line, source, f"{where}{number}"), line))
         except InvalidRecord as error:
             decoded.append((error, line))
     return decoded

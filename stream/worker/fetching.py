@@ -35,6 +35,10 @@ from typing import Any
 import faust
 from aiokafka.errors import ConsumerStoppedError
 from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.types import TP
+
+from stream.worker.joining import JoinedRecord, join_one_line_runs
+from stream.worker.joining import to_message as joined_message
 
 __all__ = ["FairPoll", "FairShareTransport", "install"]
 
@@ -53,10 +57,14 @@ class _Waiting:
 
 
 class FairPoll:
-    """The polls of one aiokafka consumer, in fair shares of about ``budget`` bytes."""
+    """The polls of one aiokafka consumer, in fair shares of about ``budget`` bytes; in the
+    ``join_topics``, the one-line messages of a share joined by runs of up to ``join_most``
+    (:mod:`stream.worker.joining`; 0 or 1: never)."""
 
-    def __init__(self, budget: int) -> None:
+    def __init__(self, budget: int, join_topics: Set[str] = frozenset(), join_most: int = 0) -> None:
         self.budget = budget
+        self.join_topics = join_topics if join_most > 1 else frozenset()
+        self.join_most = join_most
         self.waiting: dict[Any, _Waiting] = {}
 
     async def __call__(
@@ -115,7 +123,7 @@ class FairPoll:
                 record = records.popleft()
                 taken.append(record)
                 size += _size(record)
-            polled[tp] = taken
+            polled[tp] = join_one_line_runs(taken, self.join_most) if tp.topic in self.join_topics else taken
             if not records:
                 del self.waiting[tp]
         return polled
@@ -126,7 +134,8 @@ class FairShareConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.fair_poll = FairPoll(self.consumer.transport.poll_bytes)
+        transport = self.consumer.transport
+        self.fair_poll = FairPoll(transport.poll_bytes, transport.join_topics, transport.join_most)
 
     async def _fetch_records(
         self,
@@ -149,15 +158,27 @@ class FairShareConsumer(faust_aiokafka.Consumer):
     def _new_consumer_thread(self) -> FairShareConsumerThread:
         return FairShareConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
+    def _to_message(self, tp: TP, record: Any) -> Any:
+        if type(record) is JoinedRecord:
+            return joined_message(tp, record, self.app.consumer_generation_id)
+        return super()._to_message(tp, record)
+
 
 class FairShareTransport(faust_aiokafka.Transport):
     Consumer = FairShareConsumer
 
-    def __init__(self, url: Any, app: faust.App, *, poll_bytes: int) -> None:
+    def __init__(
+        self, url: Any, app: faust.App, *, poll_bytes: int, join_topics: Set[str], join_most: int
+    ) -> None:
         super().__init__(url, app)
         self.poll_bytes = poll_bytes
+        self.join_topics = join_topics
+        self.join_most = join_most
 
 
-def install(app: faust.App, poll_bytes: int) -> None:
-    """Make ``app``'s consumer hand on about ``poll_bytes`` a poll, in fair shares."""
-    app.transport = FairShareTransport(app.conf.broker_consumer, app, poll_bytes=poll_bytes)
+def install(app: faust.App, poll_bytes: int, join_topics: Set[str] = frozenset(), join_most: int = 0) -> None:
+    """Make ``app``'s consumer hand on about ``poll_bytes`` a poll, in fair shares, the one-line
+    messages of ``join_topics`` joined by runs of up to ``join_most``."""
+    app.transport = FairShareTransport(
+        app.conf.broker_consumer, app, poll_bytes=poll_bytes, join_topics=join_topics, join_most=join_most
+    )

@@ -119,11 +119,11 @@ class PartitionWorker:
         # each hour then, so that one waiting does not wait for the others' commit points.
         return self.waiting_for_fleet or horizon - self.first_horizon_ms < _YOUNG_HISTORY_MS
 
-    def note_message_size(self, topic: str, records: int) -> None:
-        """Count a message of ``topic`` holding ``records`` good records into
-        :attr:`records_a_message`."""
+    def note_message_size(self, topic: str, records: float) -> None:
+        """Count a message of ``topic`` holding ``records`` good records (a joined message: its
+        records per offset) into :attr:`records_a_message`."""
         sizes = self.records_a_message
-        sizes[topic] = max(float(records), sizes.get(topic, 1.0) * _RECORDS_A_MESSAGE_DECAY)
+        sizes[topic] = max(records, sizes.get(topic, 1.0) * _RECORDS_A_MESSAGE_DECAY)
 
     def commit_interval(self, flush_seconds: float) -> float:
         """Seconds between two commit points: ``flush_seconds``, or longer when the checkpoint is

@@ -55,12 +55,13 @@ class InputPositions(Generic[P]):
         """The first offset not applied yet; None before anything was applied or expected."""
         return self._next.get(partition)
 
-    def check(self, partition: P, offset: int) -> Delivery:
-        """Classify a delivered message; a ``NEXT`` one moves the position past it."""
+    def check(self, partition: P, offset: int, last: int | None = None) -> Delivery:
+        """Classify a delivered message (one joining several, :mod:`stream.worker.joining`: its
+        offsets ``offset`` to ``last``); a ``NEXT`` one moves the position past it."""
         self._delivered_at[partition] = self._clock()
         expected = self._next.get(partition)
         if expected is None or offset == expected:
-            self._next[partition] = offset + 1
+            self._next[partition] = (offset if last is None else last) + 1
             self._seeking.discard(partition)
             return Delivery.NEXT
         return Delivery.REPEAT if offset < expected else Delivery.GAP

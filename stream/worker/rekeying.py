@@ -7,33 +7,40 @@ delivery and the commit leaves copies behind that its successor sends again: aft
 a replay 1,514 to 1,538 extra copies, and the extras that arrived behind their partition's watermark
 became ``late event`` dead letters (issue 17).
 
-So each copy carries its source in a header, ``faultstream-rekeyed-from: <jobs partition>:<offset>``.
-Copies of one source partition reach a ``jobs-by-node`` partition in the source's offset order:
-one re-keyer sends them in order and its successor starts at the committed offset, which is
-never past a copy already delivered. A copy whose source offset is not past the highest one the
-partition has applied is therefore one it has had already. :class:`CopiesApplied` keeps those
-highest offsets per ``jobs-by-node`` partition, in its checkpoint, so the rule holds across
-restarts: a repeat is skipped before the event-time merge and the watermark see it (and counted,
-``faultstream_rekey_repeats_total``), never dead-lettered as late.
+So each copy carries its source in a header, ``faultstream-rekeyed-from: <jobs partition>:<offset>``
+(a copy of a message of several lines: they share its offset), or ``<jobs partition>:<o1>,<o2>,...``
+with one offset a line when the copy's lines came at offsets of their own (one-record messages the
+fetch joined, :mod:`stream.worker.joining`). Copies of one source partition reach a
+``jobs-by-node`` partition in the source's offset order: one re-keyer sends them in order and its
+successor starts at the committed offset, which is never past a copy already delivered. A copy's
+line whose source offset is not past the highest one the partition has applied is therefore one it
+has had already. :class:`CopiesApplied` keeps those highest offsets per ``jobs-by-node`` partition,
+in its checkpoint, so the rule holds across restarts: a repeat is skipped before the event-time
+merge and the watermark see it (and counted, ``faultstream_rekey_repeats_total``), never
+dead-lettered as late. A successor may join its one-record messages otherwise than the worker
+before it did, so a copy can repeat only its first lines: those are skipped, the rest applied.
 
-The repeats a partition skipped are counted in its checkpoint too (:attr:`CopiesApplied.repeats`),
-so the newest checkpoint says how many copies the partition's history skipped, each once, however
-many workers were killed while redoing parts of it (the per-process counter loses a killed
-worker's count, and counts again a repeat that a successor skips again).
+The repeats a partition skipped are counted in its checkpoint too (:attr:`CopiesApplied.repeats`,
+one a source offset), so the newest checkpoint says how many copies the partition's history
+skipped, each once, however many workers were killed while redoing parts of it (the per-process
+counter loses a killed worker's count, and counts again a repeat that a successor skips again).
 
 >>> copies = CopiesApplied()
->>> header = copy_headers(0, 41)
->>> copies.repeat(header), copies.repeat(header), copies.repeat(copy_headers(0, 42))
-(False, True, False)
+>>> header = copy_headers(0, [41, 41])  # two lines of the message at offset 41
+>>> copies.fresh_from(header), copies.fresh_from(header), copies.fresh_from(copy_headers(0, [42]))
+(0, None, 0)
+>>> copies.fresh_from(copy_headers(0, [40, 42, 43, 45]))  # its first two lines were applied
+2
 >>> copies.repeats
-1
->>> copies.repeat(None)  # a copy without the header (a producer of another version): used
-False
+3
+>>> copies.fresh_from(None)  # a copy without the header (a producer of another version): used
+0
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import bisect
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 __all__ = ["COPY_HEADER", "CopiesApplied", "copy_headers", "copy_source"]
@@ -44,24 +51,33 @@ COPY_HEADER = "faultstream-rekeyed-from"
 Headers = Iterable[tuple[str, bytes]] | None
 
 
-def copy_headers(partition: int, offset: int) -> list[tuple[str, bytes]]:
-    """The headers of a copy of message ``offset`` of jobs partition ``partition``."""
-    return [(COPY_HEADER, f"{partition}:{offset}".encode())]
+def copy_headers(partition: int, offsets: Sequence[int]) -> list[tuple[str, bytes]]:
+    """The headers of a copy of jobs partition ``partition``: ``offsets`` has each line's offset
+    there, in order (the lines of one message share its offset: then it is said once).
+
+    >>> copy_headers(2, [17, 17]), copy_headers(2, [17, 19])
+    ([('faultstream-rekeyed-from', b'2:17')], [('faultstream-rekeyed-from', b'2:17,19')])
+    """
+    said = offsets[-1:] if offsets[0] == offsets[-1] else offsets
+    return [(COPY_HEADER, f"{partition}:{','.join(map(str, said))}".encode())]
 
 
-def copy_source(headers: Headers) -> tuple[int, int] | None:
-    """(jobs partition, offset) a copy was made from, or None if it does not say.
+def copy_source(headers: Headers) -> tuple[int, tuple[int, ...]] | None:
+    """(jobs partition, offsets) a copy was made from, or None if it does not say: one offset for
+    every line, or one a line.
 
     >>> copy_source([("other", b"x"), (COPY_HEADER, b"2:17")])
-    (2, 17)
+    (2, (17,))
+    >>> copy_source([(COPY_HEADER, b"2:17,19")])
+    (2, (17, 19))
     >>> copy_source([(COPY_HEADER, b"garbage")]) is None
     True
     """
     for key, value in headers or ():
         if key == COPY_HEADER:
-            partition, _, offset = value.partition(b":")
+            partition, _, offsets = value.partition(b":")
             try:
-                return int(partition), int(offset)
+                return int(partition), tuple(int(offset) for offset in offsets.split(b","))
             except ValueError:
                 return None
     return None
@@ -72,17 +88,22 @@ class CopiesApplied:
     """Per jobs partition, the highest source offset of a copy this jobs-by-node partition applied."""
 
     highest: dict[int, int] = field(default_factory=dict)
-    #: Copies found to be repeats (and skipped) over the partition's history, checkpoint included.
+    #: Copies found to be repeats (and skipped) over the partition's history, checkpoint included:
+    #: one a source offset (a copy with an offset a line: one a line).
     repeats: int = 0
 
-    def repeat(self, headers: Headers) -> bool:
-        """Whether a copy was applied already (then skip it); a new one is recorded."""
+    def fresh_from(self, headers: Headers) -> int | None:
+        """How many of a copy's first lines were applied already (0: none), or None when all were:
+        skip those; the rest is recorded as applied."""
         source = copy_source(headers)
         if source is None:
-            return False
-        partition, offset = source
-        if offset <= self.highest.get(partition, -1):
-            self.repeats += 1
-            return True
-        self.highest[partition] = offset
-        return False
+            return 0
+        partition, offsets = source
+        highest = self.highest.get(partition, -1)
+        if offsets[-1] <= highest:
+            self.repeats += len(offsets)
+            return None
+        applied = bisect.bisect_right(offsets, highest)  # a per-line header's offsets increase
+        self.repeats += applied
+        self.highest[partition] = offsets[-1]
+        return applied

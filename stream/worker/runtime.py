@@ -47,6 +47,7 @@ from stream.worker.broker import BrokerQueries, PartitionReader
 from stream.worker.checkpoints import CheckpointTopic, StaleCheckpoint
 from stream.worker.commit import CommitPoint
 from stream.worker.diagnostics import committed_offsets, fetch_state, refetch
+from stream.worker.joining import joined_from, skip_applied_lines
 from stream.worker.metrics import WorkerMetrics
 from stream.worker.partition import HeldLine, PartitionWorker
 from stream.worker.positions import Delivery, InputPositions
@@ -190,21 +191,30 @@ class WorkerRuntime:
             return
         topic = message.topic
         counted = self.metrics.input(topic)
-        counted.messages.inc()
+        value, first = self._unapplied(message, event.value)
+        messages = 1 if first is None else message.offset - first + 1
+        counted.messages.inc(messages)
         state = await self._partition_state(message.partition)
-        if not await self._next_in_line(message):
+        if not await self._next_in_line(message, first):
             return
         state.applied[topic] = message.offset
         state.uncommitted += 1
         kind = self.topics.kinds[topic]
-        if kind == "job" and state.copies.repeat(message.headers):
-            # A re-keyer's successor sent this copy again: applied already, not a late event.
-            self.metrics.rekey_repeats.inc(event.value.count(b"\n") + 1)
-            await self._release(state)
-            return
+        if kind == "job":
+            fresh = state.copies.fresh_from(message.headers)
+            if fresh is None:
+                # A re-keyer's successor sent this copy again: applied already, not a late event.
+                self.metrics.rekey_repeats.inc(value.count(b"\n") + 1)
+                await self._release(state)
+                return
+            if fresh:
+                # Its first lines only (a successor joined the messages otherwise): blanked, so
+                # that the others keep their line numbers.
+                self.metrics.rekey_repeats.inc(fresh)
+                value = b"\n" * fresh + value.split(b"\n", fresh)[fresh]
         source = f"{topic}/{message.partition}"
         decoded: list[tuple[int, HeldLine]] = []
-        for item, line in decode_message_lines(kind, event.value, source, message.offset):
+        for item, line in decode_message_lines(kind, value, source, message.offset, first):
             if isinstance(item, InvalidRecord):
                 await self._dead_letter(item, kind, topic, state.pipeline.reject)
             else:
@@ -214,7 +224,7 @@ class WorkerRuntime:
         if good:
             self.policy.good(source, good)
             counted.records.inc(good)
-            state.note_message_size(topic, good)
+            state.note_message_size(topic, good / messages)
         await self._release(state)
 
     async def rekey(self, event: Any) -> None:
@@ -226,15 +236,16 @@ class WorkerRuntime:
             return
         source = f"{message.topic}/{message.partition}"
         counted = self.metrics.input(message.topic)
-        counted.messages.inc()
-        if not await self._next_in_line(message):
+        value, first = self._unapplied(message, event.value)
+        counted.messages.inc(1 if first is None else message.offset - first + 1)
+        if not await self._next_in_line(message, first):
             return
         target = self.settings.topic_jobs_by_node
         partitions = self.app.consumer.topic_partitions(target) or self.settings.topic_partitions
-        copies: dict[int, list[tuple[bytes, int, bytes]]] = {}  # partition -> (key, ts, line)
+        copies: dict[int, list[tuple[bytes, int, bytes, int]]] = {}  # partition -> (key, ts, line, offset)
         bad = False
         good = 0
-        for location, line in message_lines(event.value, message.offset):
+        for number, (location, line) in enumerate(message_lines(value, message.offset, first)):
             try:
                 job = decode_record("job", line, source, location)
             except InvalidRecord as error:
@@ -242,21 +253,22 @@ class WorkerRuntime:
                 bad = True
                 continue
             good += 1
+            offset = message.offset if first is None else first + number  # a joined line's own
             for node in sorted(set(job.nodes)):
                 key = node.encode()
                 lines = copies.setdefault(partition_for_key(key, partitions), [])
                 if not lines or lines[-1][2] is not line:
-                    lines.append((key, job.ts_ms, line))
+                    lines.append((key, job.ts_ms, line, offset))
         if good:
             self.policy.good(source, good)
             counted.records.inc(good)
         sends = [
             await self.topics.jobs_by_node.send(
                 key=lines[0][0],
-                value=b"\n".join(line for _, _, line in lines),
+                value=b"\n".join(line for _, _, line, _ in lines),
                 partition=partition,
                 timestamp=lines[0][1] / 1000,
-                headers=copy_headers(message.partition, message.offset),
+                headers=copy_headers(message.partition, [offset for _, _, _, offset in lines]),
             )
             for partition, lines in sorted(copies.items())
         ]
@@ -317,10 +329,24 @@ class WorkerRuntime:
             known = self._assignment = (generation, assigned)
         return message.tp not in known[1]
 
-    async def _next_in_line(self, message: Any) -> bool:
-        """Whether a delivered message is its partition's next one (apply it). A repeat is
-        skipped; after a gap the partition is read again from its first unapplied offset."""
-        delivery = self.positions.check(message.tp, message.offset)
+    def _unapplied(self, message: Any, value: bytes | None) -> tuple[bytes | None, int | None]:
+        """A message's value and, joined (:mod:`stream.worker.joining`), its first line's offset;
+        without the lines applied already when a joined run begins before the partition's
+        position and ends past it (read again from a commit older than the checkpoint)."""
+        first = joined_from(message)
+        if first is None or value is None:
+            return value, first
+        position = self.positions.next_offset(message.tp)
+        if position is not None and first < position <= message.offset:
+            return skip_applied_lines(value, first, position)
+        return value, first
+
+    async def _next_in_line(self, message: Any, first: int | None = None) -> bool:
+        """Whether a delivered message (joined: its offsets from ``first`` on) is its partition's
+        next one (apply it). A repeat is skipped; after a gap the partition is read again from its
+        first unapplied offset."""
+        last = message.offset
+        delivery = self.positions.check(message.tp, last if first is None else first, last)
         if delivery is Delivery.NEXT:
             if self._stalls:
                 self._stalls.pop(message.tp, None)
@@ -329,7 +355,8 @@ class WorkerRuntime:
             self.metrics.events_skipped.labels(message.topic).inc()
         else:
             where = self.positions.seek_to(message.tp)
-            await self._read_again(message.tp, where, f"offset {message.offset} came")
+            came = f"offset {message.offset}" if first is None else f"offsets {first}-{message.offset}"
+            await self._read_again(message.tp, where, f"{came} came")
         return False
 
     async def _read_again(self, tp: Any, offset: int | None, why: str) -> None:

@@ -34,7 +34,7 @@ import pytest
 
 from tests.e2e.conftest import EXAMPLE_LOGS
 from tests.services import kafka
-from tests.services.failover import KillRun, join_kill_leave
+from tests.services.failover import BACKLOG_JOIN_RECORDS, KillRun, join_kill_leave
 from tests.services.worker import (
     ROOT,
     assert_same_results,
@@ -62,7 +62,7 @@ SCENARIOS = {
         8, "--nodes 120 --days 5 --seed 12 --ecc-interval-minutes 90 --crash-loop-users 1"
     ),
     "500 nodes x 3 days, 8 partitions": Scenario(
-        8, "--nodes 500 --days 3 --seed 13 --ecc-interval-minutes 360"
+        8, "--nodes 500 --days 3 --seed 13 --ecc-interval-minutes 180"
     ),
     "the example, 4 partitions": Scenario(4, None, rate=1500),
 }
@@ -100,7 +100,8 @@ def test_a_join_a_kill_and_a_leave_change_nothing(
     # with nothing left to read is done, and the fleet stage need not wait long for it.
     idle = "15" if scenario.rate else "5"
     env = kafka.deployment_env(bootstrap, prefix, scenario.partitions, FAULTSTREAM_DATA_DIR=str(tmp_path / "data"),
-                               FAULTSTREAM_WORKER_FLEET_IDLE_SECONDS=idle)  # fmt: skip
+                               FAULTSTREAM_WORKER_FLEET_IDLE_SECONDS=idle,
+                               FAULTSTREAM_WORKER_JOIN_RECORDS=BACKLOG_JOIN_RECORDS)  # fmt: skip
     cli(env, "init-kafka")
     replay = [sys.executable, "-m", "stream.cli", "replay", *map(str, inputs), "--to", f"kafka://{bootstrap}",
               "--no-progress"]  # fmt: skip

@@ -40,6 +40,13 @@ from aiokafka.admin import AIOKafkaAdminClient
 from stream.worker.caught_up import metric_sum
 from tests.services.worker import ROOT, Worker, input_topics
 
+#: ``FAULTSTREAM_WORKER_JOIN_RECORDS`` of the workers that read a backlog of one-record messages
+#: through kills: their fetch joins such messages (stream/worker/joining.py), two at most here
+#: instead of 256, so that the backlog lasts through every change (at 256 the workers were done
+#: before the second kill, at 4 before the third); a run of two crosses a restart's checkpoint,
+#: and a copy's repeats begin inside a copy, as a run of 256 does.
+BACKLOG_JOIN_RECORDS = "2"
+
 __all__ = [
     "GroupWatch",
     "KillRun",

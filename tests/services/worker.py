@@ -102,9 +102,10 @@ class Worker:
         except urllib.error.URLError:
             return None
 
-    def metric(self, name: str, *, before_start: float | None = None) -> float:
-        """Sum of a metric's samples on the worker's /metrics endpoint; ``before_start`` while the
-        endpoint is not up yet (otherwise that is an error)."""
+    def metric(self, name: str, *, before_start: float | None = None, label: str = "") -> float:
+        """Sum of a metric's samples on the worker's /metrics endpoint (``label``, ``key="value"``:
+        those that carry it); ``before_start`` while the endpoint is not up yet (otherwise that is
+        an error)."""
         page = self.metrics_page()
         if page is None:
             if before_start is None:
@@ -112,7 +113,7 @@ class Worker:
                     f"127.0.0.1:{self.metrics_port}: the worker's metrics endpoint does not answer"
                 )
             return before_start
-        return metric_sum(page, name)
+        return metric_sum(page, name, label)
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL if it does not end within a minute."""

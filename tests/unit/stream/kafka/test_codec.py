@@ -217,7 +217,7 @@ def test_a_message_of_ecc_lines_decodes_as_its_lines_one_by_one() -> None:
             lines.append(line)
         value = b"\n".join(lines) + (b"\n" if rng.random() < 0.3 else b"")
         expected = _comparable(_line_by_line("ecc", value, offset))
-        batched = codec._decode_ecc_message(value, "ecc/0", offset) if b"\n" in value else None
+        batched = codec._decode_ecc_message(value, "ecc/0", offset, None) if b"\n" in value else None
         paths.add("batched" if batched is not None else "line by line")
         assert _comparable(list(decode_message_lines("ecc", value, "ecc/0", offset))) == expected, value
     assert paths == {"batched", "line by line"}
@@ -239,3 +239,57 @@ def test_a_line_that_is_not_utf8_is_a_dead_letter_beside_good_ones(kind: str) ->
     assert items[1].reason.startswith("not JSON")
     with pytest.raises(InvalidRecord, match="not JSON"):
         decode_record(kind, bad, f"{kind}/0", "offset 10")
+
+
+_XID_BASE = {"ts": 1705314225000, "cluster": "c", "node": "n", "xid": 79, "pci_bus_id": "00000000:07:00.0"}
+_XID_MUTATIONS = [None, "79", -1, 1.5, [], {}, "", "not a time", 10**20]
+
+
+@pytest.mark.parametrize(
+    ("kind", "base", "mutations"),
+    [
+        ("ecc", _ECC_BASE, _ECC_MUTATIONS),
+        ("xid", _XID_BASE, _XID_MUTATIONS),
+        ("job", _JOB_BASE, _JOB_MUTATIONS),
+    ],
+)
+def test_a_joined_message_decodes_as_its_one_record_messages_each_alone(
+    kind: str, base: dict[str, object], mutations: list[object]
+) -> None:
+    """One-record messages the worker's fetch joined (stream.worker.joining): every record, dead
+    letter, location and line as the messages give them one by one, blank and refused ones too."""
+    rng = random.Random(20261205)
+    keys = [*base, "extra"]
+    paths = set()
+    first = 1_000
+    for _ in range(300):
+        values = []
+        for n in range(rng.randrange(2, 12)):
+            document = copy.deepcopy(base)
+            document["node"] = f"node{n:04d}"
+            if rng.random() < 0.2:
+                document[rng.choice(keys)] = copy.deepcopy(rng.choice(mutations))
+            value = json.dumps(document, separators=(",", ":")).encode()
+            if rng.random() < 0.03:
+                value = value[: rng.randrange(len(value))]
+            if rng.random() < 0.03:
+                value = rng.choice([b"", b"  ", b"\r", value + b"\r"])
+            values.append(value)
+        last = first + len(values) - 1
+        alone = [
+            pair
+            for number, value in enumerate(values)
+            for pair in decode_message_lines(kind, value, f"{kind}/3", first + number)
+        ]
+        joined = b"\n".join(values)
+        got = list(decode_message_lines(kind, joined, f"{kind}/3", last, joined_from=first))
+        assert _comparable(got) == _comparable(alone), values
+        assert [location for location, _ in message_lines(joined, last, first)] == [
+            f"offset {offset}" for offset in range(first, last + 1)
+        ]
+        if kind == "ecc":
+            paths.add(
+                "batched" if codec._decode_ecc_message(joined, "ecc/3", last, first) else "line by line"
+            )
+        first = last + 1
+    assert kind != "ecc" or paths == {"batched", "line by line"}
