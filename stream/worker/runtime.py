@@ -191,8 +191,7 @@ class WorkerRuntime:
             return
         topic = message.topic
         counted = self.metrics.input(topic)
-        value, first = self._unapplied(message, event.value)
-        messages = 1 if first is None else message.offset - first + 1
+        value, first, messages = self._unapplied(message, event.value)
         counted.messages.inc(messages)
         state = await self._partition_state(message.partition)
         if not await self._next_in_line(message, first):
@@ -236,8 +235,8 @@ class WorkerRuntime:
             return
         source = f"{message.topic}/{message.partition}"
         counted = self.metrics.input(message.topic)
-        value, first = self._unapplied(message, event.value)
-        counted.messages.inc(1 if first is None else message.offset - first + 1)
+        value, first, messages = self._unapplied(message, event.value)
+        counted.messages.inc(messages)
         if not await self._next_in_line(message, first):
             return
         target = self.settings.topic_jobs_by_node
@@ -329,17 +328,18 @@ class WorkerRuntime:
             known = self._assignment = (generation, assigned)
         return message.tp not in known[1]
 
-    def _unapplied(self, message: Any, value: bytes | None) -> tuple[bytes | None, int | None]:
-        """A message's value and, joined (:mod:`stream.worker.joining`), its first line's offset;
-        without the lines applied already when a joined run begins before the partition's
-        position and ends past it (read again from a commit older than the checkpoint)."""
+    def _unapplied(self, message: Any, value: bytes | None) -> tuple[bytes | None, int | None, int]:
+        """A message's value, its first line's offset when joined (:mod:`stream.worker.joining`;
+        else None) and how many of the broker's messages that is; without the lines applied
+        already when a joined run begins before the partition's position and ends past it (read
+        again from a commit older than the checkpoint)."""
         first = joined_from(message)
         if first is None or value is None:
-            return value, first
+            return value, first, 1
         position = self.positions.next_offset(message.tp)
         if position is not None and first < position <= message.offset:
-            return skip_applied_lines(value, first, position)
-        return value, first
+            value, first = skip_applied_lines(value, first, position)
+        return value, first, message.offset - first + 1
 
     async def _next_in_line(self, message: Any, first: int | None = None) -> bool:
         """Whether a delivered message (joined: its offsets from ``first`` on) is its partition's

@@ -153,16 +153,14 @@ def test_five_sigkills_during_a_replay_change_nothing(
     copies = asyncio.run(_read_all(bootstrap_servers, env["FAULTSTREAM_TOPIC_JOBS_BY_NODE"]))
     # A copy of a message, or of lines the fetch joined (one offset a line): counted a source offset.
     seen: Counter[tuple[int, int]] = Counter()
-    repeats_by_rule = 0
     rule = {partition: CopiesApplied() for partition in range(PARTITIONS)}
     for partition, _offset, _value, headers in copies:
         source = copy_source(headers)
         assert source is not None, "a job copy without its source header"
         for source_offset in source[1]:
             seen[(source_offset, partition)] += 1
-        before = rule[partition].repeats
         rule[partition].fresh_from(headers)
-        repeats_by_rule += rule[partition].repeats - before
+    repeats_by_rule = sum(applied.repeats for applied in rule.values())
     assert set(seen) == wanted
     extra = sum(seen.values()) - len(seen)
     assert repeats_by_rule == extra, f"{extra} extra copies, {repeats_by_rule} of them repeats by the rule"

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from detectors.core import CoreConfig, DetectionCore
 from stream.worker.checkpoints import PartitionCheckpoint, decode, encode
-from stream.worker.rekeying import COPY_HEADER, CopiesApplied, copy_headers, copy_source
+from stream.worker.rekeying import COPY_HEADER, CopiesApplied, Headers, copy_headers, copy_source
 
 
-def _repeat(target: CopiesApplied, headers: object) -> bool:
-    return target.fresh_from(headers) is None  # type: ignore[arg-type]
+def _repeat(target: CopiesApplied, headers: Headers) -> bool:
+    return target.fresh_from(headers) is None
 
 
 def test_a_successor_resending_from_the_committed_offset_repeats_only_what_was_applied() -> None:
