@@ -20,6 +20,7 @@ import pytest
 from clickhouse_connect.driver.client import Client
 
 from stream.settings import Settings
+from stream.sinks.pending import PendingStore
 from stream.sinks.store import StoreError, connect, ensure_schema, init_db
 
 pytestmark = pytest.mark.integration
@@ -157,3 +158,30 @@ def test_a_refused_connection_does_not_print_the_password() -> None:
         port = probe.getsockname()[1]
     message = failure(f"http://writer:hunter2@127.0.0.1:{port}")
     assert "hunter2" not in message and f"writer:***@127.0.0.1:{port}" in message
+
+
+def test_a_pending_store_connects_on_its_own_thread_and_applies_the_schema(
+    chdb_client: Client, chdb_path: Path
+) -> None:
+    settings = Settings(clickhouse_dsn=f"chdb://{chdb_path}", database="fs_test_pending_store")
+    chdb_client.command(f"DROP DATABASE IF EXISTS {settings.database}")
+    try:
+        pending = PendingStore(settings)
+        assert pending._thread.name == "store-connect" and pending._thread is not threading.current_thread()
+        client = pending.client()
+        assert not pending._thread.is_alive()
+        assert {"incidents", "dead_letters"} <= tables(client, settings.database)
+        assert pending.client() is client  # asked again: the same client, no second connection
+    finally:
+        chdb_client.command(f"DROP DATABASE IF EXISTS {settings.database}")
+
+
+def test_a_pending_store_raises_what_connecting_raised_in_the_callers_thread() -> None:
+    pending = PendingStore(
+        Settings(clickhouse_dsn="https://h:8443", clickhouse_ca_file="/nonexistent/ca.pem")
+    )
+    pending.wait()  # a caller giving up first only waits: nothing raised there
+    with pytest.raises(
+        StoreError, match=r"FAULTSTREAM_CLICKHOUSE_CA_FILE=/nonexistent/ca\.pem: no such file"
+    ):
+        pending.client()
