@@ -7,8 +7,8 @@
 
 It simulates a cluster once (``faultstream simulate``; the inputs are kernel.log, sacct.txt and
 dcgm.prom) and, for each records-a-message setting of ``--per-message``, publishes it once to
-fresh topics (``faultstream replay --to --records-per-message N``), then times on those topics,
-each figure the median of ``--runs`` runs:
+fresh topics (``faultstream replay --to --records-per-message N``), then times every row below
+once a round, ``--runs`` rounds one after the other, each figure the median of its ``--runs`` runs:
 
 1. a bare aiokafka consumer: assigns the xid, ecc and jobs partitions, reads them from the
    beginning, splits every message value on ``b"\\n"`` and ``orjson.loads`` every non-empty line;
@@ -49,7 +49,10 @@ seen (worker; its first ``worker_flush_seconds`` are not in it) or the replay's 
 quix-streams' librdkafka consumer fetches in a background thread while the app is still starting,
 so its steady figure can pass the bare consumer's; its launch figure is the one to compare.
 The ratios compare the worker with the embedded replay (target >= 0.8) and with the bare consumer
-(target >= 0.25, stretch 0.5), launch with launch and steady with steady.
+(target >= 0.25, stretch 0.5), launch with launch and steady with steady: each is the median of
+the rounds' ratios, a ratio of two runs seconds apart (this machine's speed drifts by a third
+between minutes; with every replay run first, the worker's runs half a minute later, one table's
+ratio at 256 records a message was 1.15 and the next one's 0.72).
 
 Progress goes to stderr, the table to stdout. Every topic the benchmark creates is deleted at the
 end; the work folder too unless ``--workdir`` was given.
@@ -178,6 +181,16 @@ class Results:
         if not runs:
             return None
         return Measurement(_median([m.launch for m in runs]), _median([m.steady for m in runs]))
+
+    def ratio(self, row: str, other: str, per_message: int) -> Measurement | None:
+        """``row`` over ``other``, the median of the ratios of the runs of one round each."""
+        runs, others = self.runs.get((row, per_message)), self.runs.get((other, per_message))
+        if not runs or not others:
+            return None
+        pairs = list(zip(runs, others, strict=True))
+        return Measurement(
+            _median([a.launch / b.launch for a, b in pairs]), _median([a.steady / b.steady for a, b in pairs])
+        )
 
 
 def _median(values: Sequence[float]) -> float:
@@ -497,15 +510,6 @@ async def publish(kafka: Kafka, args: argparse.Namespace, files: list[Path], per
 async def measure(args: argparse.Namespace, files: list[Path], workdir: Path) -> tuple[Results, dict]:
     results = Results()
     facts: dict = {"quix": quix_version(), "load": [os.getloadavg()[0]]}
-    log(f"embedded replay x{args.runs} (default, then files parsed in process) ...")
-    for row, one_cpu in (("embedded", False), ("embedded1", True)):
-        for run in range(args.runs):
-            measurement, events = embedded_run(files, workdir, run, one_cpu)
-            facts["embedded_records"] = events
-            rates = f"{measurement.launch:,.0f} records/s whole command, {measurement.steady:,.0f} own"
-            log(f"  {row} run {run}: {rates}")
-            for n in args.per_message:
-                results.add(row, n, measurement)
     async with Kafka(args.kafka) as kafka:
         try:
             for n in args.per_message:
@@ -514,38 +518,40 @@ async def measure(args: argparse.Namespace, files: list[Path], workdir: Path) ->
                 facts.setdefault("published", {})[n] = published
                 log(f"  {published.records:,} records in {sum(published.messages.values()):,} messages")
                 tps = await kafka.partitions(published.inputs)
-                for run in range(args.runs):
-                    m = await bare_consumer(args.kafka, tps, published.records)
-                    log(f"  bare consumer run {run}: {m.launch:,.0f} / {m.steady:,.0f} records/s")
-                    results.add("bare", n, m)
                 kinds = {
                     published.env[f"FAULTSTREAM_TOPIC_{name}"]: kind for name, kind in INPUT_KINDS.items()
                 }
-                for run in range(args.runs):
-                    m = await bare_consumer(args.kafka, tps, published.records, kinds)
-                    log(
-                        f"  bare consumer + validation run {run}: {m.launch:,.0f} / {m.steady:,.0f} records/s"
-                    )
-                    results.add("validated", n, m)
                 if facts["quix"] is None:
                     results.notes[("quix", n)] = "not installed"
-                else:
-                    for run in range(args.runs):
+                # Every row once a round, the rounds one after the other: a ratio compares runs
+                # of one round, seconds apart, so the machine's drift over the command (its
+                # speed moved by a third between minutes here) falls on both of its sides.
+                for run in range(args.runs):
+                    log(f"  round {run + 1} of {args.runs}:")
+                    m = await bare_consumer(args.kafka, tps, published.records)
+                    log(f"    bare consumer: {m.launch:,.0f} / {m.steady:,.0f} records/s")
+                    results.add("bare", n, m)
+                    m = await bare_consumer(args.kafka, tps, published.records, kinds)
+                    log(f"    bare consumer + validation: {m.launch:,.0f} / {m.steady:,.0f} records/s")
+                    results.add("validated", n, m)
+                    if facts["quix"] is not None:
                         group = f"{published.env['FAULTSTREAM_WORKER_APP_ID']}-quix{run}"
                         m = decode_app("quix_decode_only.py", args.kafka, group, published.records,
                                        published.inputs, workdir)  # fmt: skip
-                        log(f"  quix-streams run {run}: {m.launch:,.0f} / {m.steady:,.0f} records/s")
+                        log(f"    quix-streams: {m.launch:,.0f} / {m.steady:,.0f} records/s")
                         results.add("quix", n, m)
-                for run in range(args.runs):
                     group = f"{published.env['FAULTSTREAM_WORKER_APP_ID']}-faust{run}"
                     kafka.created.append(FAUST_LEADER_TOPIC.format(group))
                     m = decode_app("faust_decode_only.py", args.kafka, group, published.records,
                                    published.inputs, workdir)  # fmt: skip
-                    log(f"  Faust decode-only run {run}: {m.launch:,.0f} / {m.steady:,.0f} records/s")
+                    log(f"    Faust decode-only: {m.launch:,.0f} / {m.steady:,.0f} records/s")
                     results.add("faust", n, m)
-                for run in range(args.runs):
+                    for row, one_cpu in (("embedded", False), ("embedded1", True)):
+                        m, facts["embedded_records"] = embedded_run(files, workdir, run, one_cpu)
+                        log(f"    {row}: {m.launch:,.0f} records/s whole command, {m.steady:,.0f} own")
+                        results.add(row, n, m)
                     m = await worker_run(kafka, published, run, workdir, results)
-                    log(f"  worker run {run}: {m.launch:,.0f} / {m.steady:,.0f} records/s")
+                    log(f"    worker: {m.launch:,.0f} / {m.steady:,.0f} records/s")
                     results.add("worker", n, m)
         finally:
             facts["load"].append(os.getloadavg()[0])
@@ -587,13 +593,12 @@ def render(args: argparse.Namespace, results: Results, facts: dict) -> str:
     sub = "".join(f"{'launch':>13}{'steady':>13}" for _ in settings)
     lines.append(f"{'':<{label_width}}{head}")
     lines.append(f"{'records/s':<{label_width}}{sub}")
-    medians: dict[tuple[str, int], Measurement | None] = {}
     for row, label in ROWS.items():
         if row == "quix" and facts["quix"]:
             label = f"quix-streams {facts['quix']} app (split + orjson)"
         cells = []
         for n in settings:
-            medians[row, n] = m = results.median(row, n)
+            m = results.median(row, n)
             if m is None:
                 note = results.notes.get((row, n), "not run")
                 cells.append(f"{note[: cell_width - 2]:>{cell_width}}")
@@ -609,11 +614,11 @@ def render(args: argparse.Namespace, results: Results, facts: dict) -> str:
     ):
         cells = []
         for n in settings:
-            a, b = medians[row, n], medians[other, n]
-            if a is None or b is None:
+            ratio = results.ratio(row, other, n)
+            if ratio is None:
                 cells.append(f"{'n/a':>{cell_width}}")
             else:
-                cells.append(f"{_ratio(a.launch / b.launch):>13}{_ratio(a.steady / b.steady):>13}")
+                cells.append(f"{_ratio(ratio.launch):>13}{_ratio(ratio.steady):>13}")
         lines.append(f"{label:<{label_width}}{''.join(cells)}")
     lines.append("")
     cells = []
@@ -630,7 +635,8 @@ def render(args: argparse.Namespace, results: Results, facts: dict) -> str:
     lines.append("")
     lines.append(
         "launch: from process launch (bare consumer: client start) to the last record; steady: from the "
-        "first message (worker: first commit; embedded: the replay's own seconds)."
+        "first message (worker: first commit; embedded: the replay's own seconds). Ratios: the median "
+        "of the rounds' ratios (every row runs once a round)."
     )
     lines.append(
         "every row launches from this checkout, its modules byte-compiled first, as `pip install` does "

@@ -24,7 +24,7 @@ from stream.kafka.fleet import NodeOwner
 from stream.pipeline import RecordPipeline, RecordSink
 from stream.settings import Settings
 from stream.sinks.dead_letters import DeadLetterProducer
-from stream.worker.checkpoints import CheckpointError, HeldRecord, PartitionCheckpoint
+from stream.worker.checkpoints import CheckpointError, HeldLines, HeldRecord, PartitionCheckpoint
 from stream.worker.merge import EventTimeMerger
 from stream.worker.rekeying import CopiesApplied
 
@@ -161,7 +161,10 @@ class PartitionWorker:
         if checkpoint is None:
             state = cls(partition, pipeline, merger)
         else:
-            for held in checkpoint.held:
+            held_records = checkpoint.held
+            if isinstance(held_records, HeldLines):  # a checkpoint made here, not decoded
+                held_records = held_records.records()
+            for held in held_records:
                 merger.add(held[0], held[1], _restore_held(held))
             state = cls(partition, pipeline, merger, dict(checkpoint.offsets))
             state.fleet, state.fleet_offset = checkpoint.fleet, checkpoint.fleet_offset
@@ -184,7 +187,7 @@ class PartitionWorker:
             self.partition,
             dict(self.applied),
             self.core,
-            [(source, ts_ms, line, record.source) for source, ts_ms, (record, line) in self.merger.held()],
+            HeldLines.of_merge(self.merger.held()),
             self.fleet,
             self.fleet_offset,
             dict(self.copies.highest),
