@@ -61,8 +61,8 @@ class _Source:
         else:
             bisect.insort(held, entry, lo=self.head)  # (event time, arrival) is unique: items never compared
 
-    def take(self) -> None:
-        self.head += 1
+    def compact(self) -> None:
+        """Drop the released items once they are many and half of the list."""
         if self.head >= _COMPACT_AFTER and 2 * self.head >= len(self.held):
             del self.held[: self.head]
             self.head = 0
@@ -170,7 +170,8 @@ class EventTimeMerger(Generic[T]):
     def release(self, ready: Callable[[int, T], bool] | None = None) -> Iterator[T]:
         """Items whose event time is at or before the low watermark, in order; with ``ready``,
         only as long as ``ready(event time, item)`` says the next one may go (the rest stay held,
-        in their order)."""
+        in their order). Nothing is added while the items are being taken (the worker applies
+        them, then adds the next message's)."""
         active, idle = self._progress()
         limit = _END_OF_TIME if active is None else active  # all idle: everything that arrived in time
         sources = self._by_name
@@ -184,11 +185,31 @@ class EventTimeMerger(Generic[T]):
                         best, best_ms = state, ts_ms
             if best is None:
                 return
-            ts_ms, _, arrived, item = best.held[best.head]
-            for newest_ms, drained_at in idle:
-                if newest_ms < ts_ms and arrived > drained_at:
-                    return  # past an idle source, known idle only from before it arrived: wait
-            if ready is not None and not ready(ts_ms, item):
-                return
-            best.take()
-            yield item
+            # The best source's items go one after the other until another source's head is due
+            # (a source before it by name wins a tie, one after it loses it): one look at the
+            # other heads a run, not one an item (a backlog's ECC partition releases thousands).
+            below, up_to = limit + 1, limit
+            after_best = False
+            for state in sources:
+                if state is best:
+                    after_best = True
+                elif state.head < len(state.held):
+                    if after_best:
+                        up_to = min(up_to, state.held[state.head][0])
+                    else:
+                        below = min(below, state.held[state.head][0])
+            held = best.held
+            head, end = best.head, len(held)
+            while head < end:
+                ts_ms, _, arrived, item = held[head]
+                if ts_ms >= below or ts_ms > up_to:
+                    break
+                for newest_ms, drained_at in idle:
+                    if newest_ms < ts_ms and arrived > drained_at:
+                        return  # past an idle source, known idle only from before it arrived: wait
+                if ready is not None and not ready(ts_ms, item):
+                    return
+                head += 1
+                best.head = head  # before the item goes: the caller may stop here
+                yield item
+            best.compact()

@@ -147,3 +147,36 @@ def test_per_source_lists_release_as_one_heap_would(seed: int) -> None:
         assert released == expected
         assert len(merger) == len(reference.heap)
     assert merger.held() == reference.held()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_long_runs_of_one_source_release_as_one_heap_would(seed: int) -> None:
+    """A backlog's shape: one source thousands of items ahead of the others, released in long
+    runs (past the lists' compaction), ties between the run and the other heads, stops part-way."""
+    rng = random.Random(seed)
+    sources = ["xid", "ecc", "job"]
+    merger: EventTimeMerger[str] = EventTimeMerger(sources, idle_after=1e9)
+    reference = _HeapMerger(sources)
+    released: list[str] = []
+    expected: list[str] = []
+    for step in range(30):
+        for source, count in (
+            ("ecc", rng.randint(200, 900)),
+            ("xid", rng.randint(0, 9)),
+            ("job", rng.randint(0, 3)),
+        ):
+            start = step * 1000
+            batch = sorted((start + rng.randint(0, 999), f"{source}{step}.{i}") for i in range(count))
+            merger.add_many(source, batch)
+            for ts, item in batch:
+                reference.add(source, ts, item)
+        stop_at = rng.choice([None, step * 1000 + rng.randint(0, 999)])
+
+        def ready(ts: int, item: str, stop_at: int | None = stop_at) -> bool:
+            return stop_at is None or ts < stop_at
+
+        released += merger.release(ready)
+        expected += reference.release(ready)
+        assert released == expected
+    assert len(released) > 3 * 4096  # past several compactions of the ECC list
+    assert merger.held() == reference.held()
