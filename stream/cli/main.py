@@ -18,7 +18,7 @@ from stream.cli.common import EXIT_DEAD_LETTERS, EXIT_KAFKA, EXIT_STORE, EXIT_US
 from stream.kafka.security import KafkaAccessError
 from stream.settings import SettingsError
 from stream.sinks.dead_letters import DeadLetterLimitExceeded
-from stream.sinks.store import StoreError
+from stream.sinks.errors import StoreError
 
 __all__ = [
     "EXIT_DEAD_LETTERS",

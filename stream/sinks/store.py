@@ -16,6 +16,7 @@ from clickhouse_connect.driver.client import Client
 
 from schemas.ddl import ddl_statements
 from stream.settings import Settings
+from stream.sinks.errors import StoreError
 
 __all__ = [
     "StoreError",
@@ -26,10 +27,6 @@ __all__ = [
     "query_rows",
     "redact_dsn",
 ]
-
-
-class StoreError(RuntimeError):
-    """ClickHouse could not be reached or refused the schema; the message says what to check."""
 
 
 def _normalise_dsn(dsn: str) -> str:
