@@ -328,7 +328,16 @@ class DetectionCore:
         return self.max_event_ms - self.config.allowed_lateness_ms
 
     def process(self, record: XidEvent | EccSample | JobEvent) -> bool:
-        """Process one record; return False (and do nothing) when it is later than allowed."""
+        """Process one record; return False (and do nothing) when it is later than allowed.
+
+        Raises
+        ------
+        FleetBaselineMissing
+            With a fleet stage elsewhere, for an ECC sample that needs the fleet's ECC reference
+            of a period not learnt yet (:meth:`ready_for` says so beforehand): nothing has changed
+            but the watermark, which the record would have moved anyway, so the sample can be
+            held and processed again once the reference is learnt.
+        """
         ts = record.ts_ms
         watermark = self.watermark_ms
         if watermark is not None and ts < watermark:
@@ -374,7 +383,9 @@ class DetectionCore:
         """Whether ``record`` can be processed now. With a fleet stage elsewhere, an XID that could
         make a storm waits for the storm baseline of its period, an ECC sample of a GPU without a
         trusted past for the fleet's ECC reference of its period; everything else goes at once (a
-        late record is refused anyway)."""
+        late record is refused anyway). For an ECC sample, asking costs about what processing it
+        costs: a caller may instead process it and hold it on :class:`FleetBaselineMissing`
+        (:meth:`process`), as the worker does."""
         if self.fleet is not None:
             return True
         # Asked of every record a worker releases (nine in ten are ECC samples), so spelt out:

@@ -94,6 +94,8 @@ class EventTimeMerger(Generic[T]):
     _by_name: list[_Source] = field(default_factory=list)
     _arrivals: Iterator[int] = field(default_factory=itertools.count)
     _started: bool = False
+    #: The source of the item :meth:`release` gave last (for :meth:`hold_back`).
+    _last_released: _Source | None = None
 
     def __post_init__(self) -> None:
         now = self.clock()
@@ -150,6 +152,24 @@ class EventTimeMerger(Generic[T]):
 
     def __len__(self) -> int:
         return sum(len(state.held) - state.head for state in self._by_name)
+
+    def hold_back(self) -> None:
+        """Hold again the item :meth:`release` gave last, at the head of its source, as if it had
+        not been released: for a caller that could not use it yet, right after it came (nothing
+        added or released since).
+
+        >>> merger = EventTimeMerger(["ecc"], idle_after=5.0)
+        >>> merger.add_many("ecc", [(10, "e10"), (20, "e20")])
+        >>> released = merger.release()
+        >>> next(released)
+        'e10'
+        >>> released.close(); merger.hold_back(); list(merger.release())
+        ['e10', 'e20']
+        """
+        if self._last_released is None or self._last_released.head == 0:
+            raise RuntimeError("nothing was released to hold back")
+        self._last_released.head -= 1
+        self._last_released = None
 
     def held(self) -> list[tuple[str, int, T]]:
         """The items not yet released, as (source, event time, item) in release order.
@@ -211,5 +231,6 @@ class EventTimeMerger(Generic[T]):
                     return
                 head += 1
                 best.head = head  # before the item goes: the caller may stop here
+                self._last_released = best
                 yield item
             best.compact()

@@ -14,10 +14,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from detectors.core import DetectionCore
+from detectors.core import DetectionCore, FleetBaselineMissing
 from detectors.fleet import FleetCore, FleetFact, JobPart
 from schemas.outputs import Incident
-from schemas.records import Record
+from schemas.records import EccSample, Record
 from schemas.timeutil import DAY_MS
 from stream.kafka.codec import encode_record, redecode_record
 from stream.kafka.fleet import NodeOwner
@@ -199,10 +199,19 @@ class PartitionWorker:
         """Run every record the merge releases through the pipeline; return how many were late."""
         late = 0
         where = f"partition {self.partition}"
-        for record, _ in self.merger.release(self._ready):
+        released = self.merger.release(self._ready)
+        for record, _ in released:
             self.changed = True
-            if self.pipeline.apply(record, where) is not None:
-                late += 1
+            try:
+                if self.pipeline.apply(record, where) is not None:
+                    late += 1
+            except FleetBaselineMissing:
+                # An ECC sample that needs its period's fleet reference (not asked beforehand:
+                # see _ready); the core changed nothing, so it waits at the head of the merge.
+                released.close()
+                self.merger.hold_back()
+                self.waiting_for_fleet = True
+                break
         emitted = self.pipeline.drain()
         for incident in emitted.incidents:
             self.incidents[incident.incident_id] = incident
@@ -216,9 +225,12 @@ class PartitionWorker:
     def _ready(self, ts_ms: int, held: HeldLine) -> bool:
         """Whether the record the merge would release next can go to the core: the core's
         watermark moves to it first (so its horizon does, for the fleet stage), then it waits,
-        if it must, for the storm baseline of its period."""
+        if it must, for the storm baseline of its period. An ECC sample (nine records in ten) is
+        not asked about: asking whether it needs the fleet's ECC reference repeats the lookups its
+        processing does, which raises instead when it does (:meth:`process_released`)."""
         self.core.advance(ts_ms)
-        ready = self.core.ready_for(held[0])
+        record = held[0]
+        ready = type(record) is EccSample or self.core.ready_for(record)
         self.waiting_for_fleet = not ready
         return ready
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from detectors.core import CoreConfig, DetectionCore, Emitted
+from detectors.core import CoreConfig, DetectionCore, Emitted, FleetBaselineMissing
 from detectors.fleet import (
     ECC_FLAGGED,
     ECC_SBE,
@@ -131,9 +131,17 @@ def embedded(records: list[Record]) -> Outcome:
     return out
 
 
-def partitioned(records: list[Record], partitions: int, seed: int) -> Outcome:
+def partitioned(
+    records: list[Record],
+    partitions: int,
+    seed: int,
+    ask_ecc: bool = True,
+    held_back: list[int] | None = None,
+) -> Outcome:
     """``partitions`` cores and one fleet stage, run in a random interleaving; now and then a core
-    hands over its previous facts and failed runs again."""
+    hands over its previous facts and failed runs again. ``ask_ecc=False``: ECC samples are not
+    asked :meth:`DetectionCore.ready_for` but processed, and held on ``FleetBaselineMissing`` (the
+    worker's way; ``held_back`` counts those)."""
     cores = [DetectionCore(config(), owns=Owner(p, partitions), local_fleet=False) for p in range(partitions)]
     fleet = FleetCore(config().fleet_config(), partitions=partitions)
     queues: list[list[Record]] = [[] for _ in range(partitions)]
@@ -177,9 +185,15 @@ def partitioned(records: list[Record], partitions: int, seed: int) -> Outcome:
                 break
             record = queues[p][positions[p]]
             cores[p].advance(record.ts_ms)
-            if not cores[p].ready_for(record):
+            if (ask_ecc or not isinstance(record, EccSample)) and not cores[p].ready_for(record):
                 break  # waits for the other cores' horizons
-            cores[p].process(record)
+            try:
+                cores[p].process(record)
+            except FleetBaselineMissing:
+                assert not ask_ecc and isinstance(record, EccSample)
+                if held_back is not None:
+                    held_back.append(positions[p])
+                break  # the same wait, found by processing
             positions[p] += 1
         hand_over(p)
     # End of input: every core finishes, then the stage stops waiting for any of them.
@@ -254,6 +268,24 @@ def test_partitioned_cores_and_the_fleet_stage_decide_what_one_core_decides(
     assert many.attributions == one.attributions
     assert many.mttf_sums() == one.mttf_sums()
     assert one.incidents and one.attributions  # the comparison had something to compare
+
+
+@pytest.mark.parametrize("name", ["60 nodes x 20 days", "256 nodes x 3 days, degrading"])
+@pytest.mark.parametrize(("partitions", "seed"), [(1, 11), (4, 12)])
+def test_ecc_samples_processed_without_asking_first_decide_what_one_core_decides(
+    clusters: dict[str, list[Record]], name: str, partitions: int, seed: int
+) -> None:
+    """The worker does not ask whether an ECC sample needs the fleet's reference: it processes the
+    sample, and holds it when the core raises, having changed nothing. Same decisions."""
+    records = clusters[name]
+    one = embedded(records)
+    held_back: list[int] = []
+    many = partitioned(records, partitions, seed, ask_ecc=False, held_back=held_back)
+    assert many.incident_facts() == one.incident_facts()
+    assert many.attributions == one.attributions
+    assert many.mttf_sums() == one.mttf_sums()
+    if "degrading" in name:  # its GPUs degrade before they have a past of their own
+        assert held_back  # samples did wait for the reference, found by processing them
 
 
 def test_the_simulated_clusters_have_lemons_storms_and_cross_partition_jobs(

@@ -73,3 +73,35 @@ def test_a_format_3_checkpoint_holding_records_is_restored() -> None:
     [(source, ts_ms, (again, line))] = restored.merger.held()
     assert (source, ts_ms, again) == ("xid", T0, record)
     assert line == encode_record(record)
+
+
+def test_an_ecc_sample_that_needs_the_fleets_reference_waits_at_the_head_of_the_merge() -> None:
+    """The worker processes ECC samples without asking first whether they need the fleet's ECC
+    reference; the core raises, having changed nothing, and the sample goes back to the merge's
+    head until the fleet stage's reference comes. It is then applied once."""
+    rows = Rows()
+    state = PartitionWorker.start(
+        0, Settings(topic_partitions=1), ["ecc", "job", "xid"], None, lambda _: False, rows, rows
+    )
+
+    def ecc(minute: int, sbe: int) -> tuple[int, tuple[EccSample, bytes]]:
+        sample = EccSample(
+            ts_ms=T0 + minute * MINUTE, cluster="c", node="n1", gpu=0, pci_bus_id="0000:07:00",
+            counters={"sbe_volatile": sbe},
+        )  # fmt: skip
+        return sample.ts_ms, (sample, encode_record(sample))
+
+    # A young GPU: two quiet samples, then corrected errors with no past of its own to compare with.
+    state.merger.add_many("ecc", [ecc(0, 5), ecc(15, 5), ecc(30, 9), ecc(45, 9)])
+    for source in ("job", "xid"):  # the other sources have moved past the samples
+        later = XidEvent(ts_ms=T0 + 90 * MINUTE, cluster="c", node="n2", xid=13, pci_bus_id="0000:07:00")
+        state.merger.add(source, later.ts_ms, (later, encode_record(later)))
+    state.process_released()
+    assert state.waiting_for_fleet
+    assert [ts for _, ts, _ in state.merger.held()][:2] == [T0 + 30 * MINUTE, T0 + 45 * MINUTE]
+    assert not [f for f in state.fleet_facts if f.kind == "ecc_sbe"]
+
+    state.learn_baselines({}, {state.core.ecc_reference_needed_ms(T0 + 30 * MINUTE): 4.0})
+    state.process_released()
+    assert [(f.ts_ms, f.value) for f in state.fleet_facts if f.kind == "ecc_sbe"] == [(T0 + 30 * MINUTE, 4)]
+    assert T0 + 45 * MINUTE not in [ts for _, ts, _ in state.merger.held()]
