@@ -334,9 +334,10 @@ class DetectionCore:
         ------
         FleetBaselineMissing
             With a fleet stage elsewhere, for an ECC sample that needs the fleet's ECC reference
-            of a period not learnt yet (:meth:`ready_for` says so beforehand): nothing has changed
-            but the watermark, which the record would have moved anyway, so the sample can be
-            held and processed again once the reference is learnt.
+            of a period not learnt yet (:meth:`ready_for` says so beforehand). What changed before
+            the raise (the watermark, the node's first sighting) is what processing the sample
+            again does the same way, so it can be held and processed again once the reference is
+            learnt.
         """
         ts = record.ts_ms
         watermark = self.watermark_ms

@@ -130,7 +130,9 @@ class EccTracker:
         self, sample: EccSample, jobs_at: JobsAt, fleet_rate: FleetRate = _no_fleet
     ) -> EccObservation:
         """Compare a sample with its GPU's previous one; ``jobs_at`` names the jobs on a node,
-        ``fleet_rate`` the fleet's usual correctable rate (for a GPU without a trusted past)."""
+        ``fleet_rate`` the fleet's usual correctable rate (for a GPU without a trusted past). What
+        ``fleet_rate`` raises propagates before anything of the tracker changed (a caller may hold
+        the sample and observe it again), exactly when :meth:`needs_fleet` says True."""
         key = (sample.cluster, sample.node, sample.gpu_key)
         state = self._gpus.get(key)
         step = ecc_step(state.counters if state is not None else None, sample.counters)
@@ -201,7 +203,7 @@ class EccTracker:
         if model is None:
             if sbe <= 0:
                 return None  # most GPUs never correct an error: no model, no state
-            model = self._trends[key] = self._trend_template.clone()
+            model = self._trend_template.clone()
         x: dict[Any, Any] = {
             "sbe_delta": sbe,
             "hours": max(sample.ts_ms - state.last_ms, 1) / HOUR_MS,
@@ -211,7 +213,10 @@ class EccTracker:
         if scorer.reference_per_hour(x["watched_hours"], x["hours"]) is None and scorer.fleet_could_flag(
             x, model.threshold
         ):
+            # May raise (a worker's core without the period's reference): nothing is changed yet,
+            # so the caller can hold the sample and give it again once the reference is known.
             x["fleet_per_day"] = fleet_rate(sample.ts_ms)
+        self._trends[key] = model
         score = model.score_one(x)
         finding = None
         if model.is_anomaly(score):
