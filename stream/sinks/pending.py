@@ -24,7 +24,7 @@ class PendingStore:
     """``connect(settings)`` (:func:`stream.sinks.store.connect`), started at once on a thread.
 
     :meth:`client` waits for it and returns the client, or raises what the connection raised (a
-    :class:`~stream.sinks.store.StoreError` with its message); :meth:`wait` only waits, for a
+    :class:`~stream.sinks.errors.StoreError` with its message); :meth:`wait` only waits, for a
     caller that gives up before it needs the client (its process must not exit while the engine
     is half started).
     """

@@ -34,7 +34,6 @@ internal state, not an interface.
 from __future__ import annotations
 
 import array
-import copy
 import logging
 import pickle
 import zlib
@@ -119,9 +118,11 @@ class HeldLines:
     pickles them: four objects, not a tuple of four per record (tens of thousands of them while
     one input runs ahead of another). A line holds no newline (it is one), nor does a topic name.
 
-    >>> held = [("ecc", 5, b'{"ts":5}', "t/0:offset 1 line 1"), ("xid", 7, b"{}", "x/0:offset 2")]
-    >>> HeldLines.of(held).records() == held
-    True
+    >>> from types import SimpleNamespace as Record
+    >>> merge = [("ecc", 5, (Record(source="t/0:offset 1 line 1"), b'{"ts":5}')),
+    ...          ("xid", 7, (Record(source="x/0:offset 2"), b"{}"))]
+    >>> HeldLines.of_merge(merge).records()
+    [('ecc', 5, b'{"ts":5}', 't/0:offset 1 line 1'), ('xid', 7, b'{}', 'x/0:offset 2')]
     """
 
     sources: list[str]
@@ -140,18 +141,6 @@ class HeldLines:
             "\n".join([entry[2][0].source for entry in held]),
         )
 
-    @classmethod
-    def of(cls, held: list[HeldRecord]) -> HeldLines | None:
-        """The columns of ``held``, or None if a record is not in the wire form (format 3's)."""
-        if any(len(entry) != 4 for entry in held):
-            return None
-        return cls(
-            [entry[0] for entry in held],
-            array.array("q", [entry[1] for entry in held]),
-            b"\n".join([entry[2] for entry in held]),  # type: ignore[misc]
-            "\n".join([entry[3] for entry in held]),  # type: ignore[misc]
-        )
-
     def records(self) -> list[HeldRecord]:
         """The held records again, in their order."""
         if not self.sources:
@@ -168,8 +157,8 @@ class HeldLines:
 
 
 def encode(checkpoint: PartitionCheckpoint) -> bytes:
-    """Serialize a checkpoint: the format header, then the pickle (held lines in columns) in an LZ4
-    frame.
+    """Serialize a checkpoint: the format header, then the pickle in an LZ4 frame (a worker's held
+    records are already in columns: :meth:`HeldLines.of_merge`; a list is pickled as it is).
 
     Examples
     --------
@@ -180,11 +169,6 @@ def encode(checkpoint: PartitionCheckpoint) -> bytes:
     >>> decode(blob).offsets
     {'xid': 41}
     """
-    columns = HeldLines.of(checkpoint.held) if isinstance(checkpoint.held, list) else None
-    if columns is not None:
-        # Pickled with the columns in place of the list; the caller's checkpoint is left as it was.
-        checkpoint = copy.copy(checkpoint)
-        checkpoint.held = columns
     body = lz4.frame.compress(pickle.dumps(checkpoint, protocol=pickle.HIGHEST_PROTOCOL))
     return _HEADER + str(FORMAT).encode() + b"\n" + body
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pickle
 import zlib
+from types import SimpleNamespace
 
 import pytest
 
 from detectors.core import CoreConfig, DetectionCore
 from schemas.records import XidEvent
-from stream.worker.checkpoints import CheckpointError, PartitionCheckpoint, decode, encode
+from stream.worker.checkpoints import CheckpointError, HeldLines, PartitionCheckpoint, decode, encode
 
 MINUTE = 60_000
 
@@ -68,6 +69,12 @@ def test_held_lines_come_back_in_order_whatever_the_format_that_stored_them() ->
     assert blob.startswith(b"faultstream-checkpoint/5\n")
     assert checkpoint.held == held  # encoding left the caller's checkpoint alone
     assert decode(blob).held == held
+    # As a worker writes them: in columns, made from what its merge holds.
+    merged = [
+        (source, ts, (SimpleNamespace(source=record_source), line))
+        for source, ts, line, record_source in held
+    ]
+    assert decode(encode(PartitionCheckpoint(0, {"ecc": 3}, core, HeldLines.of_merge(merged)))).held == held
     # A format 4 checkpoint (zlib, the held lines a list) written before this version: restored.
     format_4 = b"faultstream-checkpoint/4\n" + zlib.compress(pickle.dumps(checkpoint))
     assert decode(format_4).held == held
