@@ -31,7 +31,11 @@ once a round, ``--runs`` rounds one after the other, each figure the median of i
    Kafka): the whole command, and the replay's own ``seconds``; as it runs by default (a file of
    8 MiB or more, here the DCGM scrape, parsed by a helper process on the other CPU), then with
    every file parsed in process (``FAULTSTREAM_PARSE_AHEAD_MIN_BYTES=0``: one CPU, as the worker's
-   own work runs).
+   own work runs);
+6. the detection core alone (``benchmarks/core_alone.py``): the replay's records parsed and merged
+   beforehand, then only ``DetectionCore.process`` for each (the fleet stage in process), timed
+   over that loop: no input, no decoding, no output. No path running this core can go faster, so
+   its ratio to the bare consumer is the ceiling of the worker's.
 
 How records are counted: a message value holds one or more newline-delimited records. Every row
 is in records/s of the same records: those of the xid, ecc and jobs topics as published (replay
@@ -127,6 +131,7 @@ ROWS = {
     "worker": "faultstream worker",
     "embedded": "embedded replay, same files (no Kafka)",
     "embedded1": "embedded replay, files parsed in process (1 CPU)",
+    "core": "detection core alone, records in memory (no I/O)",
 }
 
 
@@ -477,6 +482,22 @@ def embedded_run(
     return Measurement(events / elapsed, events / summary["seconds"]), events
 
 
+def core_alone_run(files: list[Path], records: int) -> Measurement:
+    """The last row: the detection core alone on the replay's records, parsed beforehand in its
+    process (``core_alone.py``); what any path running this core can reach at most. No launch
+    figure: only the core is timed."""
+    done = subprocess.run(
+        [sys.executable, str(HERE / "core_alone.py"), *map(str, files)],
+        cwd=ROOT, capture_output=True, text=True, timeout=1800, check=False,
+    )  # fmt: skip
+    if done.returncode:
+        raise SystemExit(f"core_alone.py failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    data = json.loads(done.stdout)
+    if data["records"] != records:
+        raise SystemExit(f"core_alone.py: {data['records']} records, the embedded replay {records}")
+    return Measurement(math.nan, data["records"] / data["seconds"])
+
+
 def quix_version() -> str | None:
     if importlib.util.find_spec("quixstreams") is None:
         return None
@@ -550,6 +571,9 @@ async def measure(args: argparse.Namespace, files: list[Path], workdir: Path) ->
                         m, facts["embedded_records"] = embedded_run(files, workdir, run, one_cpu)
                         log(f"    {row}: {m.launch:,.0f} records/s whole command, {m.steady:,.0f} own")
                         results.add(row, n, m)
+                    m = core_alone_run(files, facts["embedded_records"])
+                    log(f"    core alone: {m.steady:,.0f} records/s")
+                    results.add("core", n, m)
                     m = await worker_run(kafka, published, run, workdir, results)
                     log(f"    worker: {m.launch:,.0f} / {m.steady:,.0f} records/s")
                     results.add("worker", n, m)
@@ -611,6 +635,8 @@ def render(args: argparse.Namespace, results: Results, facts: dict) -> str:
         ("worker", "embedded1", "ratio worker / embedded replay on 1 CPU"),
         ("worker", "bare", "ratio worker / bare consumer (>= 0.25, stretch 0.5)"),
         ("worker", "validated", "ratio worker / bare consumer + validation"),
+        ("core", "bare", "ratio core alone / bare consumer (a ceiling)"),
+        ("worker", "core", "ratio worker / core alone"),
     ):
         cells = []
         for n in settings:
@@ -635,8 +661,9 @@ def render(args: argparse.Namespace, results: Results, facts: dict) -> str:
     lines.append("")
     lines.append(
         "launch: from process launch (bare consumer: client start) to the last record; steady: from the "
-        "first message (worker: first commit; embedded: the replay's own seconds). Ratios: the median "
-        "of the rounds' ratios (every row runs once a round)."
+        "first message (worker: first commit; embedded: the replay's own seconds; core alone: its loop "
+        "over records parsed beforehand). Ratios: the median of the rounds' ratios (every row runs "
+        "once a round)."
     )
     lines.append(
         "every row launches from this checkout, its modules byte-compiled first, as `pip install` does "

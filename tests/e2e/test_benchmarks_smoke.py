@@ -58,6 +58,13 @@ def test_worker_throughput_smoke(bootstrap: str, tmp_path: Path) -> None:
             assert steady == "n/a" or number(steady) > 0, (label, values)
     quix = cells(table, "quix-streams")
     assert quix[0].startswith("not installed") or all(number(v) > 0 for v in quix), quix
+    core = cells(table, "detection core alone")  # only its loop is timed: no launch figure
+    assert len(core) == 4 and core[0] == core[2] == "n/a", core
+    assert number(core[1]) > 0 and number(core[3]) > 0, core
+    for label in ("ratio core alone / bare consumer", "ratio worker / core alone"):
+        values = cells(table, label)
+        # steady only; a smoke run's worker is mostly start, its ratio may print as 2e-05
+        assert len(values) == 4 and float(values[1]) > 0 and float(values[3]) > 0, (label, values)
     for label in (
         "ratio worker / embedded replay (",
         "ratio worker / embedded replay on 1 CPU",
