@@ -45,6 +45,7 @@ has had two faults, a node with five is a lemon, and a node with one is not.
 from __future__ import annotations
 
 import math
+import operator
 from collections import deque
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -57,6 +58,9 @@ __all__ = ["LemonConfig", "LemonTracker", "LemonVerdict"]
 SIGNALS = ("xid_days", "hw_incidents", "hw_failures", "node_fails", "failed_jobs")
 #: Signals whose expectation scales with the node's work (job runs) rather than with time.
 LOAD_SCALED = frozenset({"xid_days", "failed_jobs"})
+#: A node's signal deques in SIGNALS order, then its job runs (what evaluate counts).
+_ALL_SIGNALS = operator.itemgetter(*SIGNALS, "job_runs")
+_LOAD_SCALED = tuple(signal in LOAD_SCALED for signal in SIGNALS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,78 +242,80 @@ class LemonTracker:
         (time in the window, since its first fact) and, for the load-scaled signals, its work.
         """
         self._expire(now_ms)
-        fleet = len(self._nodes)
+        nodes = self._nodes
+        fleet = len(nodes)
         if fleet == 0 or self._first_ms is None or now_ms - self._first_ms < self.config.min_history_ms:
             return []
         start = now_ms - self.config.window_ms
-        exposure = {
-            name: max(now_ms - max(start, state.first_ms if state.first_ms is not None else now_ms), 0)
-            / DAY_MS
-            for name, state in self._nodes.items()
-        }
-        names = (*SIGNALS, "job_runs")
-        counts_of = {name: {s: len(state.signals[s]) for s in names} for name, state in self._nodes.items()}
-        totals = {s: sum(c[s] for c in counts_of.values()) for s in names}
-        total_exposure = sum(exposure.values())
+        # Node by node in the tracker's order (the float sums below add in that order), by index:
+        # each node's exposure in days and its count of each signal (SIGNALS, then job_runs).
+        names = list(nodes)
+        exposure = [
+            max(now_ms - max(start, state.first_ms if state.first_ms is not None else now_ms), 0) / DAY_MS
+            for state in nodes.values()
+        ]
+        counts_of = [tuple(map(len, _ALL_SIGNALS(state.signals))) for state in nodes.values()]
+        totals = [sum(column) for column in zip(*counts_of, strict=True)]
+        total_exposure = sum(exposure)
+        by_name = sorted(range(fleet), key=names.__getitem__)
         # The reference leaves out the node itself and the fleet's top nodes of each signal (2%,
         # at least one): in a week-old fleet of 32, another lemon must not make a lemon look usual.
         trim = max(1, math.ceil(self.config.trim_share * fleet))
-        tops = {s: _top_nodes(counts_of, s, trim + 1) for s in names}
+        tops: list[frozenset[int]] = []
         # Counts and exposure of the top ``trim`` and ``trim + 1`` nodes of each signal.
-        top_counts = {
-            s: (sum(counts_of[n][s] for n in tops[s][:trim]), sum(counts_of[n][s] for n in tops[s]))
-            for s in names
-        }
-        top_days = {
-            s: (sum(exposure[n] for n in tops[s][:trim]), sum(exposure[n] for n in tops[s])) for s in names
-        }
+        top_counts: list[tuple[int, int]] = []
+        top_days: list[tuple[float, float]] = []
+        for signal in range(len(totals)):
+            fewer = [-counts[signal] for counts in counts_of]
+            top = sorted(by_name, key=fewer.__getitem__)[: trim + 1]  # stable: ties by name
+            tops.append(frozenset(top))
+            top_counts.append(
+                (sum(counts_of[i][signal] for i in top[:trim]), sum(counts_of[i][signal] for i in top))
+            )
+            top_days.append((sum(exposure[i] for i in top[:trim]), sum(exposure[i] for i in top)))
         prior = self.config.prior_fault_rate / 1000.0
         min_surprise = max(
             self.config.min_signal_surprise,
             math.log10(fleet) - math.log10(1.0 - self.config.min_confidence),
         )
+        job_runs = len(SIGNALS)
         verdicts = []
-        for name in sorted(self._nodes):
-            state = self._nodes[name]
-            counts = {s: len(state.signals[s]) for s in SIGNALS}
-            if not any(counts.values()) and self.config.threshold > 0:
+        for index in by_name:
+            counts = counts_of[index]
+            if not any(counts[:job_runs]) and self.config.threshold > 0:
                 continue  # nothing seen: every surprise is 0 (most of a healthy fleet)
-            days = exposure[name]
-            rates = {}
-            for s in names:
-                if name in tops[s]:  # the node is one of the top: leave the top trim + 1 out
-                    count, others = top_counts[s][1], top_days[s][1]
+            days = exposure[index]
+            rates = []
+            for signal, total in enumerate(totals):
+                if index in tops[signal]:  # the node is one of the top: leave the top trim + 1 out
+                    count, others = top_counts[signal][1], top_days[signal][1]
                 else:
-                    count, others = top_counts[s][0] + counts_of[name][s], top_days[s][0] + days
+                    count, others = top_counts[signal][0] + counts[signal], top_days[signal][0] + days
                 others = total_exposure - others
-                rates[s] = (totals[s] - count) / others if others > 0 else 0.0
-            runs = len(state.signals["job_runs"])
-            load = (runs + 1) / (rates["job_runs"] * days + 1)
-            expected = {
-                s: rates[s] * days * load if s in LOAD_SCALED else max(rates[s], prior) * days
-                for s in SIGNALS
-            }
-            surprises = {s: poisson_surprise(counts[s], expected[s]) for s in SIGNALS}
-            score = sum(surprises.values())
-            strongest = max(surprises.values())
+                rates.append((total - count) / others if others > 0 else 0.0)
+            load = (counts[job_runs] + 1) / (rates[job_runs] * days + 1)
+            expected = [
+                rates[k] * days * load if _LOAD_SCALED[k] else max(rates[k], prior) * days
+                for k in range(job_runs)
+            ]
+            surprises = [poisson_surprise(counts[k], expected[k]) for k in range(job_runs)]
+            score = sum(surprises)
+            strongest = max(surprises)
             if score < self.config.threshold or strongest < min_surprise:
                 continue
-            crossed = tuple(s for s in SIGNALS if surprises[s] >= 2.0)
+            name = names[index]
             verdicts.append(
                 LemonVerdict(
                     node=name,
                     score=score,
-                    counts=counts,
-                    expected={s: round(expected[s], 4) for s in SIGNALS},
-                    crossed=crossed,
-                    jobs_hurt=tuple(job for _, job in list(state.failed)[-20:]),
+                    counts=dict(zip(SIGNALS, counts[:job_runs], strict=True)),
+                    expected={s: round(e, 4) for s, e in zip(SIGNALS, expected, strict=True)},
+                    crossed=tuple(
+                        s for s, surprise in zip(SIGNALS, surprises, strict=True) if surprise >= 2.0
+                    ),
+                    jobs_hurt=tuple(job for _, job in list(nodes[name].failed)[-20:]),
                     confidence=max(0.0, 1.0 - fleet * 10.0 ** (-strongest)),
                     exposure_days=round(days, 3),
                 )
             )
         return verdicts
-
-
-def _top_nodes(counts_of: dict[str, dict[str, int]], signal: str, count: int) -> list[str]:
-    """The ``count`` nodes with the most of ``signal`` (ties by name: deterministic)."""
-    return sorted(counts_of, key=lambda node: (-counts_of[node][signal], node))[:count]

@@ -14,12 +14,15 @@ Two River-protocol scorers, each cloned per key by the core:
   link-down reasons), and is no flapping.
 
 ``x["t"]`` is the event time in hours (any origin, increasing per key). Both scorers keep only
-the events of their window plus two counters, so their state is a few hundred bytes per key.
+the events of their window and a few counts of it (kept as it changes, so a score costs the
+events that leave the window, not a pass over it), so their state is a few hundred bytes per key.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
+from collections.abc import Iterable
 from itertools import pairwise
 from typing import Any
 
@@ -76,16 +79,31 @@ class XidStormScorer(AnomalyDetector):
         self._first: float | None = None
         self._peak = 0  # largest window count of the current burst
         self._finished_peak: int | None = None
+        # Neighbours of the window out of time order (an XID learnt after a later one): while
+        # there are none, the window is sorted and counting it is a bisection, not a scan (a
+        # storm of thousands of lines an hour would otherwise cost a scan of them all a line).
+        self._descents = 0
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickle, also a checkpoint from before the window's order was kept track of."""
+        self.__dict__.update(state)
+        if "_descents" not in state:
+            self._descents = _descents(self._window)
 
     def _expire(self, now: float) -> None:
         start = now - self.window_hours
-        while self._window and self._window[0] <= start:
-            self._window.popleft()
+        window = self._window
+        while window and window[0] <= start:
+            left = window.popleft()
+            if window and window[0] < left:
+                self._descents -= 1
             self._before += 1
 
     def window_count(self, t: float) -> int:
         """Events within the window ending at ``t``, not counting one at ``t`` being scored."""
         start = t - self.window_hours
+        if not self._descents:
+            return len(self._window) - bisect.bisect_right(self._window, start)
         return sum(1 for seen in self._window if seen > start)
 
     def learn_one(self, x: dict[FeatureName, Any]) -> None:
@@ -96,6 +114,8 @@ class XidStormScorer(AnomalyDetector):
         self._expire(t)
         if not self._window and self._peak:
             self._finished_peak, self._peak = self._peak, 0
+        if self._window and t < self._window[-1]:
+            self._descents += 1
         self._window.append(t)
         self._peak = max(self._peak, len(self._window))
 
@@ -116,7 +136,7 @@ class XidStormScorer(AnomalyDetector):
         if self._first is not None:
             watched_before = t - self.window_hours - self._first
             if watched_before > 0:
-                before = self._before + sum(1 for seen in self._window if seen <= t - self.window_hours)
+                before = self._before + len(self._window) - self.window_count(t)
                 own_expected = before / watched_before * self.window_hours
         fleet_usual = float(x.get("fleet_usual", 0.0))
         usual = max(self.min_events, self.own_multiplier * own_expected, self.fleet_multiplier * fleet_usual)
@@ -156,26 +176,87 @@ class XidSpreadScorer(AnomalyDetector):
         self.min_bursts = min_bursts
         self.burst_gap_hours = burst_gap_hours
         self._window: deque[tuple[float, str]] = deque()
+        # Kept as the window changes, so that a score costs the errors leaving the window, not a
+        # pass over the window (NVLink errors come by the thousand an hour when a link flaps):
+        # the errors of each GPU, the neighbours further apart than a burst's gap, and the
+        # neighbours out of time order (while there are none, the window is sorted).
+        self._gpu_errors: dict[str, int] = {}
+        self._gaps = 0
+        self._descents = 0
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        """Unpickle, also a checkpoint from before bursts were counted: one burst is enough, as then."""
+        """Unpickle, also a checkpoint from before bursts were counted (one burst is enough, as
+        then) or before the window's counts were kept (counted from the window)."""
         state.setdefault("min_bursts", 1)
         state.setdefault("burst_gap_hours", 10 / 60)
         self.__dict__.update(state)
+        if "_gpu_errors" not in state:
+            self._gpu_errors = {}
+            for _, gpu in self._window:
+                self._gpu_errors[gpu] = self._gpu_errors.get(gpu, 0) + 1
+            times = [seen for seen, _ in self._window]
+            self._gaps = sum(1 for before, after in pairwise(times) if after - before > self.burst_gap_hours)
+            self._descents = _descents(times)
 
     def learn_one(self, x: dict[FeatureName, Any]) -> None:
         """Record one error of the family at ``x["t"]`` on GPU ``x["gpu"]``."""
         t = float(x["t"])
-        while self._window and self._window[0][0] <= t - self.window_hours:
-            self._window.popleft()
-        self._window.append((t, str(x["gpu"])))
+        window, errors = self._window, self._gpu_errors
+        while window and window[0][0] <= t - self.window_hours:
+            left, gpu = window.popleft()
+            if errors[gpu] == 1:
+                del errors[gpu]
+            else:
+                errors[gpu] -= 1
+            if window:
+                after = window[0][0]
+                self._gaps -= after - left > self.burst_gap_hours
+                self._descents -= after < left
+        gpu = str(x["gpu"])
+        if window:
+            last = window[-1][0]
+            self._gaps += t - last > self.burst_gap_hours
+            self._descents += t < last
+        window.append((t, gpu))
+        errors[gpu] = errors.get(gpu, 0) + 1
 
     def score_one(self, x: dict[FeatureName, Any]) -> float:
         """Score an error at ``x["t"]`` on ``x["gpu"]`` (the state is not changed)."""
         t = float(x["t"])
-        recent = [(seen, gpu) for seen, gpu in self._window if seen > t - self.window_hours]
+        gpu = str(x["gpu"])
+        start = t - self.window_hours
+        window = self._window
+        if self._descents or (window and t < window[-1][0]):
+            return self._score_unsorted(t, gpu)
+        # The window is sorted and ``t`` comes last: what would leave the window is at its front.
+        gone = 0
+        gaps = self._gaps
+        left_errors: dict[str, int] = {}
+        while gone < len(window) and window[gone][0] <= start:
+            left, left_gpu = window[gone]
+            left_errors[left_gpu] = left_errors.get(left_gpu, 0) + 1
+            gone += 1
+            if gone < len(window):
+                gaps -= window[gone][0] - left > self.burst_gap_hours
+        n = len(window) - gone + 1
+        if gone < len(window):
+            gaps += t - window[-1][0] > self.burst_gap_hours
+        else:
+            gaps = 0
+        errors = self._gpu_errors
+        if left_errors:
+            present = [g for g, count in errors.items() if count > left_errors.get(g, 0)]
+        else:
+            present = list(errors)
+        gpus = len(present) + (gpu not in present)
+        bursts = 1 + gaps
+        return min(n / self.min_events, bursts / self.min_bursts, gpus / self.min_gpus)
+
+    def _score_unsorted(self, t: float, gpu: str) -> float:
+        """:meth:`score_one` over the window as it is: an error learnt out of time order."""
+        recent = [(seen, g) for seen, g in self._window if seen > t - self.window_hours]
         n = len(recent) + 1
-        gpus = len({gpu for _, gpu in recent} | {str(x["gpu"])})
+        gpus = len({g for _, g in recent} | {gpu})
         times = sorted([seen for seen, _ in recent] + [t])
         gaps = sum(1 for before, after in pairwise(times) if after - before > self.burst_gap_hours)
         bursts = 1 + gaps
@@ -184,7 +265,16 @@ class XidSpreadScorer(AnomalyDetector):
     @property
     def gpus(self) -> tuple[str, ...]:
         """GPUs with an error in the window, sorted (the incident's evidence)."""
-        return tuple(sorted({gpu for _, gpu in self._window}))
+        return tuple(sorted(self._gpu_errors))
+
+
+def _descents(times: Iterable[float]) -> int:
+    """How many neighbours of ``times`` are out of order (0: sorted).
+
+    >>> _descents([1.0, 2.0, 2.0]), _descents([1.0, 3.0, 2.0, 4.0])
+    (0, 1)
+    """
+    return sum(1 for before, after in pairwise(times) if after < before)
 
 
 def storm_filter(threshold: float = 1.0, **params: Any) -> Threshold:
