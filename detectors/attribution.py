@@ -55,7 +55,12 @@ class NodeEvidenceLog:
         """Record an event; drop this node's events that fell out of the horizon."""
         events = self._by_node.setdefault(event.node, deque())
         events.append(event)
-        oldest_needed = max(e.ts_ms for e in events) - self.horizon_ms
+        # What the node's newest event leaves out of the horizon left when that event came (the
+        # front is then within it, and only the back grows): an event older than the newest
+        # leaves nothing more, so its own time decides as well as the newest's would, without a
+        # search for the newest an event (a storm of critical XIDs brings thousands within the
+        # horizon, and the search made it quadratic).
+        oldest_needed = event.ts_ms - self.horizon_ms
         while events and events[0].ts_ms < oldest_needed:
             events.popleft()
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field, fields
+from itertools import pairwise
 from typing import Any, cast
 
 from detectors.attribution import HardwareEvent
@@ -208,6 +209,48 @@ class _JobStorm:
     flagged: bool = False
 
 
+@dataclass(slots=True)
+class _RecentXids:
+    """The XIDs one GPU logged in the last ``CONTEXT_WINDOW_MS`` (time, code), in the order they
+    came, with how many of each code and how many neighbours are out of time order, kept as they
+    come: a storm logs hundreds a minute, and each of its lines asks which codes came before it."""
+
+    seen: deque[tuple[int, int]] = field(default_factory=deque)
+    codes: dict[int, int] = field(default_factory=dict)
+    descents: int = 0
+
+    @classmethod
+    def of(cls, seen: deque[tuple[int, int]]) -> _RecentXids:
+        """The counts of a window kept as a bare deque (a checkpoint from before the counts)."""
+        recent = cls(seen)
+        for _, code in seen:
+            recent.codes[code] = recent.codes.get(code, 0) + 1
+        recent.descents = sum(1 for (before, _), (after, _) in pairwise(seen) if after < before)
+        return recent
+
+    def take(self, ts_ms: int, code: int) -> tuple[int, ...]:
+        """The codes logged from ``CONTEXT_WINDOW_MS`` before ``ts_ms`` to ``ts_ms``, each once;
+        then forget older ones and remember this one."""
+        seen, codes = self.seen, self.codes
+        since = ts_ms - CONTEXT_WINDOW_MS
+        while seen and seen[0][0] < since:
+            left, old = seen.popleft()
+            codes[old] -= 1
+            if not codes[old]:
+                del codes[old]
+            if seen and seen[0][0] < left:
+                self.descents -= 1
+        if not self.descents and (not seen or seen[-1][0] <= ts_ms):
+            before = tuple(codes)  # in time order: every one is within the window
+        else:
+            before = tuple(dict.fromkeys(c for ts, c in seen if since <= ts <= ts_ms))
+        if seen and ts_ms < seen[-1][0]:
+            self.descents += 1
+        seen.append((ts_ms, code))
+        codes[code] = codes.get(code, 0) + 1
+        return before
+
+
 def _complete_config(config: CoreConfig) -> CoreConfig:
     """``config``, with the fields a configuration pickled before they existed lacks at their
     defaults (a frozen dataclass with slots unpickles its values in field order)."""
@@ -298,7 +341,7 @@ class DetectionCore:
         self._clock_started = False
         # XIDs each GPU logged in the last CONTEXT_WINDOW_MS: what 48 with 63/64 and 45 solo-or-not
         # are classified against (look-back only, so a line's verdict never waits for later lines).
-        self._recent_xids: dict[tuple[str, str, str], deque[tuple[int, int]]] = {}
+        self._recent_xids: dict[tuple[str, str, str], _RecentXids] = {}
         # The UTC day of the last unknown-XID incident per (cluster, node): at most one a day.
         self._unknown_day: dict[tuple[str, str], int] = {}
 
@@ -308,7 +351,10 @@ class DetectionCore:
         a 63 right after the restart read without the 48 before it, a job's storm counted from the
         restart on), and configuration fields added since take their defaults, instead of the
         checkpoint being refused."""
-        state.setdefault("_recent_xids", {})
+        state["_recent_xids"] = {
+            key: _RecentXids.of(recent) if isinstance(recent, deque) else recent
+            for key, recent in state.get("_recent_xids", {}).items()
+        }
         state.setdefault("_unknown_day", {})
         state.setdefault("_xid_overrides", {})
         state.setdefault("_job_storms", {})
@@ -636,15 +682,10 @@ class DetectionCore:
     def _recent(self, event: XidEvent, gpu: str) -> tuple[int, ...]:
         """The XIDs this GPU logged in the context window before ``event``; remembers ``event``."""
         key = (event.cluster, event.node, gpu)
-        seen = self._recent_xids.get(key)
-        if seen is None:
-            seen = self._recent_xids[key] = deque()
-        since = event.ts_ms - CONTEXT_WINDOW_MS
-        while seen and seen[0][0] < since:
-            seen.popleft()
-        codes = tuple(code for ts, code in seen if since <= ts <= event.ts_ms)
-        seen.append((event.ts_ms, event.xid))
-        return codes
+        recent = self._recent_xids.get(key)
+        if recent is None:
+            recent = self._recent_xids[key] = _RecentXids()
+        return recent.take(event.ts_ms, event.xid)
 
     def _observe_unknown(self, event: XidEvent, title: str, action: str) -> None:
         """A code outside the catalog: one info incident per node and UTC day, whatever the GPU."""

@@ -30,7 +30,7 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from functools import cache
+from functools import cache, lru_cache
 from typing import Final
 
 from detectors.xid_nvidia import NVLINK_DECODE, XIDS, NvidiaXid, NvlinkDecodeRow
@@ -762,6 +762,7 @@ def _classify(entry: NvidiaXid, message: str, recent: Collection[int]) -> XidInf
     return _base(entry)
 
 
+@lru_cache(maxsize=256)
 def _unknown(code: int) -> XidInfo:
     return XidInfo(
         code=code,
@@ -820,10 +821,33 @@ def classify_xid(code: int, message: str = "", recent: Collection[int] = ()) -> 
     >>> info.category.value, info.severity.value
     ('memory', 'critical')
     """
-    entry = XIDS.get(code)
-    if entry is None:
+    if code not in XIDS:
         return _unknown(code)
-    return _classify(entry, message, recent)
+    return _classify_line(code, message, _context(code, recent))
+
+
+def _context(code: int, recent: Collection[int]) -> tuple[int, ...]:
+    """What a code's classification reads of the GPU's recent XIDs (:func:`_classify`): whether
+    63/64 came with a 48, whether a 48 came with a 63/64, which others came with a 45.
+
+    >>> _context(48, [13, 64, 13]), _context(63, [48]), _context(45, [45, 31, 13, 31]), _context(79, [48])
+    ((64,), (48,), (13, 31), ())
+    """
+    if code == 48:
+        return tuple(c for c in (63, 64) if c in recent)
+    if code in (63, 64):
+        return (48,) if 48 in recent else ()
+    if code == 45:
+        return tuple(sorted({c for c in recent if c != 45}))
+    return ()
+
+
+# A storm repeats one line thousands of times, and the core asks for its classification several
+# times a line (the incident, the storm's detector, whether it is a job's): one XidInfo (frozen)
+# per code, message and context read, instead of the message rules and copies each time.
+@lru_cache(maxsize=4096)
+def _classify_line(code: int, message: str, context: tuple[int, ...]) -> XidInfo:
+    return _classify(XIDS[code], message, context)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -150,3 +150,20 @@ def test_decode_smoke() -> None:
     for kind in ("ecc", "xid", "job"):
         [row] = [line.split() for line in out.splitlines() if line.split()[:2] == [kind, "wire"]]
         assert len(row) == 8 and all(number(cell) > 0 for cell in row[2:5] + row[6:]), out
+
+
+def test_storm_cost_smoke() -> None:
+    """The XID storm benchmark needs no broker: every code's row, with and without a job, has a
+    cost a line for each storm size and the ratio of the largest to the smallest."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "storm_cost.py"), "--smoke"],
+        cwd=ROOT, capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, f"storm_cost.py failed:\n{done.stderr[-4000:]}"
+    for code in ("XID 43", "XID 79", "XID 48", "XID 144"):
+        rows = [
+            re.split(r"\s{2,}", line.strip()) for line in done.stdout.splitlines() if line.startswith(code)
+        ]
+        assert [row[1] for row in rows] == ["no", "yes"], (code, done.stdout)
+        for row in rows:
+            assert len(row) == 5 and all(number(cell) > 0 for cell in row[2:]), row

@@ -353,3 +353,72 @@ def test_a_contained_memory_error_does_not_page_but_attributes_the_failed_job():
         (IncidentKind.GPU_MEMORY, Severity.WARN),
         (IncidentKind.JOB_HW_FAILURE, Severity.WARN),
     }
+
+
+def test_the_xid_context_is_what_a_scan_of_the_gpus_last_minute_finds():
+    """Which codes came before a line (within CONTEXT_WINDOW_MS, none after it) is kept as lines
+    come, not found by a scan of the minute; in time order, out of it, and after a checkpoint."""
+    import pickle
+    import random
+    from collections import deque
+
+    from detectors.core import _RecentXids
+    from detectors.xid_catalog import CONTEXT_WINDOW_MS
+
+    for seed in range(4):
+        rng = random.Random(seed)
+        recent, scan = _RecentXids(), deque()
+        t = T0
+        for step in range(3000):
+            t += rng.choice((rng.randrange(500), rng.randrange(40_000)))
+            at = t - rng.randrange(90_000) if rng.random() < 0.05 else t
+            code = rng.choice((13, 45, 48, 63, 64, 79))
+            # the scan the context was before: older lines forgotten from the front only
+            while scan and scan[0][0] < at - CONTEXT_WINDOW_MS:
+                scan.popleft()
+            expected = {c for ts, c in scan if at - CONTEXT_WINDOW_MS <= ts <= at}
+            scan.append((at, code))
+            got = recent.take(at, code)
+            assert len(got) == len(set(got)) and set(got) == expected, (seed, step)
+            if step % 500 == 0:
+                recent = pickle.loads(pickle.dumps(recent))
+
+
+def test_a_checkpoint_with_the_xid_context_as_bare_lists_counts_them_once():
+    """A checkpoint from before the context kept counts holds a deque of (time, code) a GPU."""
+    import pickle
+    from collections import deque
+
+    from detectors.core import _RecentXids
+
+    core, _ = run_all([xid(T0, code=48), xid(T0 + 1000, code=13)])
+    state = dict(core.__dict__)
+    state["_recent_xids"] = {key: deque(recent.seen) for key, recent in core._recent_xids.items()}
+    old = DetectionCore.__new__(DetectionCore)
+    old.__setstate__(state)
+    [recent] = old._recent_xids.values()
+    assert isinstance(recent, _RecentXids) and recent.codes == {48: 1, 13: 1} and recent.descents == 0
+    restored = pickle.loads(pickle.dumps(old))
+    # a 63 right after the 48: the remap of the DBE's row, part of its memory incident
+    assert restored.process(xid(T0 + 2000, code=63))
+    assert {i.kind for i in restored.drain().incidents} == {IncidentKind.GPU_MEMORY}
+
+
+def test_the_xid_context_of_a_storm_costs_no_pass_over_its_minute():
+    """Hundreds of lines a minute: a line's context is the codes counted, not a scan of the
+    minute; also once a line learnt out of order has left the minute."""
+    from collections import deque
+
+    from detectors.core import _RecentXids
+
+    class Untouchable(deque):
+        def __iter__(self):
+            raise AssertionError("the minute was scanned")
+
+    recent = _RecentXids()
+    for at, code in ((T0, 48), (T0 + 500, 63), (T0 + 200, 13)):  # out of order, then forgotten
+        recent.take(at, code)
+    for k in range(600):
+        recent.take(T0 + 2 * MIN + k * 100, 43)
+    recent.seen = Untouchable(recent.seen)
+    assert recent.take(T0 + 2 * MIN + 60_000, 45) == (43,)

@@ -1,5 +1,7 @@
 """XID classification: NVIDIA's catalog by one mapping, sourced deviations, message-aware rules."""
 
+import random
+
 import pytest
 
 from detectors.xid_catalog import (
@@ -7,6 +9,7 @@ from detectors.xid_catalog import (
     CATALOG,
     DEVIATIONS,
     XidCategory,
+    _classify,
     classify_xid,
     deviation_for,
 )
@@ -211,3 +214,19 @@ def test_154_follows_the_recovery_action_it_states(stated, severity):
     info = classify_xid(154, f"GPU recovery action changed from 0x0 (None) to {stated}")
     assert info.severity is severity
     assert info.category is XidCategory.RECOVERY
+
+
+@pytest.mark.parametrize("code", [45, 48, 63, 64, 13, 79, 144])
+def test_a_line_classified_with_its_context_as_the_rules_read_it(code):
+    """Classifications are remembered by code, message and the part of the GPU's recent XIDs
+    the rules read: the same as the rules on the whole recent list, whatever else it holds."""
+    rng = random.Random(code)
+    messages = ("", "Row Remapper: New row marked for remapping", "SRAM uncorrectable error",
+                "Link 12 (0x0000000c) Non-fatal error")  # fmt: skip
+    for _ in range(300):
+        recent = tuple(rng.choice((13, 31, 43, 45, 48, 63, 64, 79, 94)) for _ in range(rng.randrange(6)))
+        message = rng.choice(messages)
+        assert classify_xid(code, message, recent) == _classify(XIDS[code], message, recent), (
+            message,
+            recent,
+        )
