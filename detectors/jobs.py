@@ -23,6 +23,10 @@ from schemas.records import JobEvent, JobState
 
 __all__ = ["Decided", "JobContext", "JobRun", "JobTracker", "RunEnd", "load_older_layouts"]
 
+#: Ended runs remembered (a redelivered start or end of one changes nothing) before those that
+#: ended before the longest MTTF window are forgotten.
+_ENDED_RUNS_FLOOR = 4096
+
 
 @dataclass(frozen=True, slots=True, order=True)
 class JobContext:
@@ -201,6 +205,7 @@ class JobTracker:
         self._runs: dict[tuple[str, str], JobRun] = {}
         self._jobs_on_node: dict[str, set[str]] = {}
         self._ended_runs: dict[tuple[str, str, int], int] = {}
+        self._ended_limit = _ENDED_RUNS_FLOOR  # ended runs remembered before old ones are forgotten
         # (decide-at, sequence, run, final event) for failed runs awaiting attribution.
         self._pending: list[tuple[int, int, JobRun, JobEvent]] = []
         self._sequence = 0
@@ -208,7 +213,9 @@ class JobTracker:
         self._runs_of_job: dict[str, list[JobRun]] = {}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        """Unpickle, also a checkpoint from before the job context: index the running runs."""
+        """Unpickle, also a checkpoint from before the job context (the running runs indexed) or
+        before the limit of ended runs kept (the floor)."""
+        state.setdefault("_ended_limit", _ENDED_RUNS_FLOOR)
         self.__dict__.update(state)
         if "_runs_of_job" not in state:
             self._runs_of_job = {}
@@ -259,8 +266,11 @@ class JobTracker:
 
         Ended runs are remembered so that a redelivered start or end changes nothing.
         """
-        if len(self._ended_runs) > 4096:
+        if len(self._ended_runs) > self._ended_limit:
             self._ended_runs = {key: end for key, end in self._ended_runs.items() if end >= horizon_ms}
+            # Next time once they have doubled: a cluster ending more runs within the horizon
+            # than the floor (thousands a day) would otherwise copy them all at every deadline.
+            self._ended_limit = max(_ENDED_RUNS_FLOOR, 2 * len(self._ended_runs))
 
     def start(self, event: JobEvent) -> JobRun | None:
         """A RUNNING event: return the new run, or None for a redelivered start."""

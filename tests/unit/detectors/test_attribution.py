@@ -45,4 +45,3 @@ def test_the_log_keeps_what_a_scan_kept(seed: int) -> None:
         assert log.between(["n0", "n1", "n2"], -(2**62), 2**62) == sorted(
             (e for events in scan.values() for e in events), key=lambda e: (e.ts_ms, e.node, e.gpu, e.kind)
         ), step
-

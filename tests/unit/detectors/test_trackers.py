@@ -66,6 +66,31 @@ def test_job_tracker_ignores_redelivered_starts_and_ends():
     assert list(tracker.running) == []
 
 
+def test_ended_runs_are_forgotten_in_rounds_not_at_every_deadline():
+    """A cluster that ends thousands of runs a day keeps more than the floor within the horizon:
+    they are copied to forget the old ones once they have doubled, not at every deadline."""
+    tracker = jobs()
+
+    def end(number):
+        ended = JobEvent(ts_ms=T0 + number * MINUTE_MS, cluster="c", job_id=str(number),
+                         state=JobState.COMPLETED, nodes=("n1",), start_ms=T0)  # fmt: skip
+        return tracker.end(ended)
+
+    for number in range(5000):
+        assert end(number) is not None
+    tracker.forget_ended(T0)  # none ended before the horizon: all kept, 10,000 before the next copy
+    kept = tracker._ended_runs
+    for _ in range(100):
+        tracker.forget_ended(T0)
+    assert tracker._ended_runs is kept and len(kept) == 5000
+    for number in range(5000, 10001):
+        end(number)
+    tracker.forget_ended(T0 + 5000 * MINUTE_MS)  # past the limit: those ended before go
+    assert len(tracker._ended_runs) == 5001
+    assert end(9000) is None  # a redelivered end of a run remembered
+    assert end(10) is not None  # one forgotten: taken as a run that ended now
+
+
 def test_job_tracker_attributes_a_failure_once_the_window_has_passed():
     tracker = jobs()
     tracker.start(job(T0, JobState.RUNNING))
