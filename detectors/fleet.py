@@ -313,6 +313,9 @@ class FleetCore:
         # Job-aware verdicts: per user, their recent runs and application failures.
         self._user_runs: dict[str, deque[int]] = {}
         self._user_app_failures: dict[str, deque[tuple[int, str, str]]] = {}
+        # The jobs among each user's failures (one entry a run), asked of each failure fact: a
+        # user's sweep can fail thousands of runs within the window.
+        self._user_app_jobs: dict[str, set[str]] = {}
         self._owner_reported: dict[str, int] = {}  # user -> their last failure reported
         #: Job id -> the context of its run, for the application failures in the deques above.
         self._app_context: dict[str, JobContext] = {}
@@ -352,6 +355,9 @@ class FleetCore:
         state.setdefault("_user_app_failures", {})
         state.setdefault("_owner_reported", {})
         state.setdefault("_app_context", {})
+        if "_user_app_jobs" not in state:
+            failed = state["_user_app_failures"]
+            state["_user_app_jobs"] = {user: {job for _, _, job in runs} for user, runs in failed.items()}
         # Kept in lists before they were deques.
         state["_user_counted"] = {user: deque(c) for user, c in state.get("_user_counted", {}).items()}
         self.__dict__.update(state)
@@ -624,13 +630,17 @@ class FleetCore:
             runs.popleft()
         failures = self._user_app_failures.get(user)
         while failures and failures[0][0] <= since:
-            self._app_context.pop(failures.popleft()[2], None)
+            job = failures.popleft()[2]
+            self._app_context.pop(job, None)
+            self._user_app_jobs[user].discard(job)
 
     def _app_failure(self, fact: FleetFact) -> None:
         """A run of user ``fact.name`` failed with application-class XIDs and no hardware evidence
         (one entry per run, whichever of its nodes the fact is about)."""
         failures = self._user_app_failures.setdefault(fact.name, deque())
-        if not any(job == fact.key for _, _, job in failures):
+        jobs = self._user_app_jobs.setdefault(fact.name, set())
+        if fact.key not in jobs:
+            jobs.add(fact.key)
             failures.append((fact.ts_ms, fact.node, fact.key))
 
     def _evaluate_owners(self, now: int) -> None:
@@ -641,6 +651,7 @@ class FleetCore:
             if not self._follows_user(user, now):
                 if not self._user_app_failures[user]:
                     del self._user_app_failures[user]
+                    self._user_app_jobs.pop(user, None)
                 continue
             failures = self._user_app_failures[user]
             runs = max(len(self._user_runs.get(user, ())), len(failures))

@@ -130,6 +130,9 @@ class _Node:
     )
     failed: deque[tuple[int, str]] = field(default_factory=deque)
     first_ms: int | None = None  # first fact about the node: its exposure starts here
+    # The jobs of ``failed`` (one entry a job), asked of each failed job: a node where a user's
+    # sweep crashes sees thousands within the window.
+    failed_jobs: set[str] = field(default_factory=set)
 
 
 class LemonTracker:
@@ -162,6 +165,8 @@ class LemonTracker:
         for node in state["_nodes"].values():
             if not hasattr(node, "first_ms"):
                 node.first_ms = state.get("_first_ms")
+            if not hasattr(node, "failed_jobs"):
+                node.failed_jobs = {job for _, job in node.failed}
         self.__dict__.update(state)
 
     def see_node(self, node: str, ts_ms: int) -> None:
@@ -198,7 +203,8 @@ class LemonTracker:
     def record_failed_job(self, node: str, job_id: str, ts_ms: int) -> bool:
         """A failed job ran on ``node``; counted once per job and node (whether it was counted now)."""
         state = self._node(node, ts_ms)
-        if not any(job == job_id for _, job in state.failed):
+        if job_id not in state.failed_jobs:
+            state.failed_jobs.add(job_id)
             state.failed.append((ts_ms, job_id))
             state.signals["failed_jobs"].append(ts_ms)
             return True
@@ -224,6 +230,7 @@ class LemonTracker:
             times.remove(value)
         if signal == "failed_jobs" and (ts_ms, job_id) in state.failed:
             state.failed.remove((ts_ms, job_id))
+            state.failed_jobs.discard(job_id)
 
     def _expire(self, now_ms: int) -> None:
         start = now_ms - self.config.window_ms
@@ -232,7 +239,7 @@ class LemonTracker:
                 while times and times[0] <= start:
                     times.popleft()
             while state.failed and state.failed[0][0] <= start:
-                state.failed.popleft()
+                state.failed_jobs.discard(state.failed.popleft()[1])
 
     def evaluate(self, now_ms: int) -> list[LemonVerdict]:
         """Verdicts for the window ending at ``now_ms``: the lemons, in node order.

@@ -304,3 +304,53 @@ def test_a_checkpoint_from_before_job_aware_storms_still_loads() -> None:
     revived.__setstate__(state)
     assert revived.config == FleetConfig() and revived._gpu_maxima is None
     assert revived._gpu_sbe == {} and revived.ecc_reference(0) is None
+
+
+def test_failed_runs_are_known_by_job_without_a_pass_over_them() -> None:
+    """A user's sweep failing thousands of runs a day: whether a failure is counted already is
+    asked of the jobs kept with the failures (a user's, a node's), not of a pass over them (which
+    made a sweep quadratic); the jobs kept are those of the failures at every step, after the
+    window drops old ones, after a take-back, and through a checkpoint from before they were kept."""
+    import pickle
+    from collections import deque
+
+    from detectors.fleet import FAILED_APPLICATION, FAILED_JOB, FleetFact
+
+    class Untouchable(deque):  # type: ignore[type-arg]
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            raise AssertionError("the failures were scanned")
+
+    records = fleet_records(crash_on=("n07", "n21"), faulty=("n13",))
+    core = DetectionCore(config())
+    assert core.fleet is not None
+    for number, record in enumerate(records, 1):
+        assert core.process(record)
+        core.drain()
+        if number % 997 == 0:
+            fleet = core.fleet
+            for user, failures in fleet._user_app_failures.items():
+                assert fleet._user_app_jobs[user] == {job for _, _, job in failures}, user
+            for node, state in fleet._lemons._nodes.items():
+                assert state.failed_jobs == {job for _, job in state.failed}, node
+            # a checkpoint from before the jobs were kept: they are found once
+            old = dict(fleet.__dict__)
+            del old["_user_app_jobs"]
+            restored = type(fleet).__new__(type(fleet))
+            restored.__setstate__(pickle.loads(pickle.dumps(old)))
+            assert restored._user_app_jobs == fleet._user_app_jobs
+    fleet = core.fleet
+    failures = fleet._user_app_failures["dbg"]
+    assert len(failures) > 10
+    fleet._user_app_failures["dbg"] = Untouchable(failures)
+    for state in fleet._lemons._nodes.values():
+        state.failed = Untouchable(state.failed)
+    at = records[-1].ts_ms
+    failed = FleetFact(at, FAILED_JOB, "n07", "dbg", "sweep-1", FAILED_APPLICATION)
+    fleet._app_failure(failed)
+    fleet._app_failure(failed)  # the run's other node: one failure a run
+    assert fleet._lemons.record_failed_job("n07", "sweep-1", at)
+    assert not fleet._lemons.record_failed_job("n07", "sweep-1", at)
+    kept = fleet._user_app_failures["dbg"]
+    assert "sweep-1" in fleet._user_app_jobs["dbg"] and len(kept) == len(failures) + 1 == len(
+        fleet._user_app_jobs["dbg"]
+    )

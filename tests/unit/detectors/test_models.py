@@ -465,3 +465,11 @@ def test_a_core_without_a_local_fleet_holds_a_young_gpus_errors_for_the_fleet_re
     assert core.ready_for(sample(30, 9))
     core.process(sample(30, 9))
     assert [f.kind for f in core.drain().facts][-1] == "ecc_sbe"  # the fleet hears of the errors
+
+
+def test_a_failed_job_counts_once_a_node_until_the_window_drops_it():
+    tracker = LemonTracker(LemonConfig(window_ms=7 * DAY_MS, min_history_ms=0))
+    assert tracker.record_failed_job("n1", "7", 0)
+    assert not tracker.record_failed_job("n1", "7", DAY_MS)  # the same job again
+    tracker.evaluate(10 * DAY_MS)  # the window drops it
+    assert tracker.record_failed_job("n1", "7", 10 * DAY_MS)
