@@ -139,7 +139,9 @@ class EccTracker:
         # Nearly every sample fires no rule: skip the call then (this is the hot path).
         rules = _rule_findings(sample, step.findings, jobs_at) if step.findings else ()
         trend = None
-        if state is not None:
+        # A GPU without a trend model that corrected nothing since its last sample is not scored
+        # (most GPUs never correct an error): no call on the hot path.
+        if state is not None and (step.deltas or key in self._trends):
             trend = self._score_trend(key, sample, step.deltas, state, jobs_at, fleet_rate)
         store = (
             state is None

@@ -167,3 +167,7 @@ def test_storm_cost_smoke() -> None:
         assert [row[1] for row in rows] == ["no", "yes"], (code, done.stdout)
         for row in rows:
             assert len(row) == 5 and all(number(cell) > 0 for cell in row[2:]), row
+    [sweep] = [
+        re.split(r"\s{2,}", line.strip()) for line in done.stdout.splitlines() if line.startswith("sweep")
+    ]
+    assert len(sweep) == 4 and all(number(cell) > 0 for cell in sweep[1:]), sweep
