@@ -113,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     runs = 1 if args.smoke else args.runs
     settings = Settings()
     tune_for_streaming()
-    print(f"XID storm cost in the detection core: one node, 8 GPUs, N lines within an hour; "
-          f"us a line, median of {runs} run(s)")  # fmt: skip
+    print(f"XID storm cost in the detection core: one node, 8 GPUs, N lines within an hour (NVLink: in 4 "
+          f"bursts, 15 minutes apart); us a line, median of {runs} run(s)")  # fmt: skip
     print()
     head = "".join(f"{f'{n:,} lines':>14}" for n in sizes)
     print(f"{'code':<44}{'job':<6}{head}{'largest / smallest':>20}")
