@@ -285,11 +285,11 @@ class LemonTracker:
             self.config.min_signal_surprise,
             math.log10(fleet) - math.log10(1.0 - self.config.min_confidence),
         )
-        job_runs = len(SIGNALS)
+        runs_index = len(SIGNALS)  # where a node's job runs are in its counts
         verdicts = []
         for index in by_name:
             counts = counts_of[index]
-            if not any(counts[:job_runs]) and self.config.threshold > 0:
+            if not any(counts[:runs_index]) and self.config.threshold > 0:
                 continue  # nothing seen: every surprise is 0 (most of a healthy fleet)
             days = exposure[index]
             rates = []
@@ -300,12 +300,12 @@ class LemonTracker:
                     count, others = top_counts[signal][0] + counts[signal], top_days[signal][0] + days
                 others = total_exposure - others
                 rates.append((total - count) / others if others > 0 else 0.0)
-            load = (counts[job_runs] + 1) / (rates[job_runs] * days + 1)
+            load = (counts[runs_index] + 1) / (rates[runs_index] * days + 1)
             expected = [
                 rates[k] * days * load if _LOAD_SCALED[k] else max(rates[k], prior) * days
-                for k in range(job_runs)
+                for k in range(runs_index)
             ]
-            surprises = [poisson_surprise(counts[k], expected[k]) for k in range(job_runs)]
+            surprises = [poisson_surprise(counts[k], expected[k]) for k in range(runs_index)]
             score = sum(surprises)
             strongest = max(surprises)
             if score < self.config.threshold or strongest < min_surprise:
@@ -315,7 +315,7 @@ class LemonTracker:
                 LemonVerdict(
                     node=name,
                     score=score,
-                    counts=dict(zip(SIGNALS, counts[:job_runs], strict=True)),
+                    counts=dict(zip(SIGNALS, counts[:runs_index], strict=True)),
                     expected={s: round(e, 4) for s, e in zip(SIGNALS, expected, strict=True)},
                     crossed=tuple(
                         s for s, surprise in zip(SIGNALS, surprises, strict=True) if surprise >= 2.0
