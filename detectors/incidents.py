@@ -134,6 +134,9 @@ class _Open:
     job_context: dict[str, JobContext] = field(default_factory=dict)
     owner: str = ""
     nodes: set[str] = field(default_factory=set)
+    # The job context as the evidence shows it, made again only when a job is added: an owner's
+    # incident holds up to MAX_JOBS and gets a version at each failure of a sweep. Not pickled.
+    context_dicts: list[dict[str, Any]] | None = None
 
     def add(self, item: EvidenceItem) -> None:
         self.evidence_count += 1
@@ -156,8 +159,13 @@ class _Open:
             if len(self.jobs) < MAX_JOBS:
                 self.jobs.add(job)
         for context in item.job_context:
-            if len(self.job_context) < MAX_JOBS:
-                self.job_context.setdefault(context.job_id, context)
+            if len(self.job_context) < MAX_JOBS and context.job_id not in self.job_context:
+                self.job_context[context.job_id] = context
+                self.context_dicts = None
+
+    def __getstate__(self) -> dict[str, object]:
+        """Pickle the incident without what is made again from it (:attr:`context_dicts`)."""
+        return {name: getattr(self, name) for name in self.__slots__ if name != "context_dicts"}
 
     def __setstate__(self, state: object) -> None:
         """Unpickle, also a checkpoint from before the job context: the new fields start empty."""
@@ -177,7 +185,9 @@ class _Open:
         if self.jobs:
             evidence["jobs"] = sorted(self.jobs)
         if self.job_context:
-            evidence["job_context"] = [c.to_dict() for _, c in sorted(self.job_context.items())]
+            if self.context_dicts is None:
+                self.context_dicts = [c.to_dict() for _, c in sorted(self.job_context.items())]
+            evidence["job_context"] = list(self.context_dicts)
         if self.owner:
             evidence["owner"] = self.owner
             evidence["nodes"] = sorted(self.nodes)

@@ -118,3 +118,33 @@ def test_exposure_rows_of_a_run_add_up_to_its_duration():
     assert [(r.window_start_ms, r.failures, r.jobs_failed) for r in final] == [(T0 + 2 * HOUR_MS, 1, 1)]
     assert sum(r.job_hours for r in closed + final) == pytest.approx(1.75)
     assert all(r.node_hours == pytest.approx(2 * r.job_hours) for r in closed + final)
+
+
+def test_an_incidents_job_context_is_made_again_only_when_a_job_joins_it():
+    """An owner's incident gets a version at each failure of a sweep: the job context it shows is
+    the jobs' (capped, by job id) at every version, each version with a list of its own, and a
+    checkpoint leaves out what is made again."""
+    import pickle
+
+    from detectors.incidents import MAX_JOBS
+    from detectors.jobs import JobContext
+
+    tracker = IncidentTracker(quiet_period_ms=HOUR_MS)
+    versions = []
+    for number in range(MAX_JOBS + 10):
+        context = JobContext(job_id=f"{number:03d}", user="sweeper")
+        evidence = EvidenceItem(T0 + number * MINUTE_MS, jobs=(context.job_id,), job_context=(context,))
+        [version] = tracker.observe(dataclasses.replace(finding(0), owner="sweeper", evidence=evidence))
+        versions.append(version)
+        shown = [c["job_id"] for c in version.evidence["job_context"]]
+        assert shown == [f"{k:03d}" for k in range(min(number + 1, MAX_JOBS))], number
+    versions[-1].evidence["job_context"].clear()
+    assert len(versions[-2].evidence["job_context"]) == MAX_JOBS
+    [open_incident] = tracker._open.values()
+    assert open_incident.context_dicts is not None
+    restored = pickle.loads(pickle.dumps(tracker))
+    [reopened] = restored._open.values()
+    assert reopened.context_dicts is None and reopened.job_context == open_incident.job_context
+    later = EvidenceItem(T0 + HOUR_MS // 2, jobs=("999",), job_context=(JobContext(job_id="999"),))
+    [again] = restored.observe(dataclasses.replace(finding(0), owner="sweeper", evidence=later))
+    assert again.evidence["job_context"] == versions[-2].evidence["job_context"]
