@@ -4,7 +4,8 @@ A monitor is needed most when a node logs thousands of XID lines an hour (a flap
 GPU falling off the bus again and again, a job in a crash loop), or when a user's sweep fails
 thousands of runs a day: the cost of a record must not grow with the storm. Straight into the
 core (``DetectionCore.process``, the fleet stage in process; no input or output), the median of
-``--runs`` runs, and the largest storm's cost over the smallest's (1.0: linear):
+``--runs`` runs (timed as ``core_alone.py`` times the core), and the largest storm's cost over
+the smallest's (1.0: linear):
 
 * XID storms: for each code below, one node's 8 GPUs log N lines within an hour, with no job on
   the node and with one job running there (job-aware storms); microseconds a line;
@@ -21,7 +22,8 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
+
+from core_alone import core_seconds
 
 from detectors.core import DetectionCore
 from schemas.records import JobEvent, JobState, XidEvent
@@ -67,13 +69,7 @@ def storm_seconds(code: int, lines: int, with_job: bool, settings: Settings) -> 
         )
         for i in range(lines)
     ]
-    started = time.perf_counter()
-    for count, event in enumerate(events, 1):
-        core.process(event)
-        if count % 8192 == 0:
-            core.drain()
-    core.finish()
-    return time.perf_counter() - started
+    return core_seconds(core, events)
 
 
 def sweep_seconds(runs_a_day: int, settings: Settings) -> float:
@@ -92,13 +88,7 @@ def sweep_seconds(runs_a_day: int, settings: Settings) -> float:
                      start_ms=start, end_ms=start + MINUTE_MS, nodes=(node,), gpus=8, user="sweeper"),
         ]  # fmt: skip
     records.sort(key=lambda record: record.ts_ms)
-    started = time.perf_counter()
-    for count, record in enumerate(records, 1):
-        core.process(record)
-        if count % 8192 == 0:
-            core.drain()
-    core.finish()
-    return time.perf_counter() - started
+    return core_seconds(core, records)
 
 
 def main(argv: list[str] | None = None) -> int:
