@@ -7,6 +7,7 @@ replay drains, and the end of the input. ``benchmarks/worker_throughput.py`` run
 of its table, so that the worker's ratio to a bare consumer can be read against this ceiling.
 
     python benchmarks/core_alone.py FILE...        # prints {"records": N, "seconds": S} as JSON
+    python benchmarks/core_alone.py --digest FILE...   # and "digest": a sha256 of what the core emits
 
 Run with the garbage collector tuned as ``faultstream replay`` and ``faultstream worker`` tune it
 (``stream/gc_tuning.py``), after the records are in memory.
@@ -15,13 +16,14 @@ Run with the garbage collector tuned as ``faultstream replay`` and ``faultstream
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from detectors.core import DetectionCore
+from detectors.core import DetectionCore, Emitted
 from schemas.records import InvalidRecord, Record
 from stream.gc_tuning import tune_for_streaming
 from stream.inputs.files import LateRecord, MergedInputs
@@ -32,13 +34,18 @@ from stream.settings import Settings
 DRAIN_EVERY = 8192
 
 
-def run_core(paths: list[Path], settings: Settings) -> tuple[int, float]:
-    """(records, seconds of the core alone) for the replay's records of ``paths``."""
+def replay_records(paths: list[Path], settings: Settings) -> list[Record]:
+    """The records of ``paths`` as the replay hands them to the core (parsed and merged)."""
     inputs = MergedInputs(paths, ParseOptions(), None, settings.allowed_lateness_seconds * 1000)
     try:
-        records = [item for item, _ in inputs if not isinstance(item, InvalidRecord | LateRecord)]
+        return [item for item, _ in inputs if not isinstance(item, InvalidRecord | LateRecord)]
     finally:
         inputs.close()
+
+
+def run_core(paths: list[Path], settings: Settings) -> tuple[int, float]:
+    """(records, seconds of the core alone) for the replay's records of ``paths``."""
+    records = replay_records(paths, settings)
     tune_for_streaming()
     return len(records), core_seconds(DetectionCore(settings.core_config()), records)
 
@@ -55,14 +62,38 @@ def core_seconds(core: DetectionCore, records: Iterable[Record]) -> float:
     return time.perf_counter() - started
 
 
+def core_digest(core: DetectionCore, records: Iterable[Record]) -> str:
+    """A sha256 of everything ``core`` emits for ``records`` (incidents, attributions, MTTF rows and
+    ECC rows, by their reprs, drained as :func:`core_seconds` drains): equal digests, equal outputs."""
+    digest = hashlib.sha256()
+
+    def take(emitted: Emitted) -> None:
+        for rows in (emitted.incidents, emitted.attributions, emitted.mttf, emitted.ecc_rows):
+            for row in rows:
+                digest.update(repr(row).encode())
+
+    for count, record in enumerate(records, 1):
+        core.process(record)
+        if count % DRAIN_EVERY == 0:
+            take(core.drain())
+    take(core.finish())
+    return digest.hexdigest()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("files", nargs="+", type=Path)
+    parser.add_argument("--digest", action="store_true", help="also a digest of the outputs (a run apart)")
     args = parser.parse_args(argv)
-    records, seconds = run_core(args.files, Settings())
-    print(json.dumps({"records": records, "seconds": seconds}))
+    settings = Settings()
+    records, seconds = run_core(args.files, settings)
+    result: dict[str, object] = {"records": records, "seconds": seconds}
+    if args.digest:
+        records_again = replay_records(args.files, settings)
+        result["digest"] = core_digest(DetectionCore(settings.core_config()), records_again)
+    print(json.dumps(result))
     return 0
 
 

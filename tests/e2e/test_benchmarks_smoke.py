@@ -171,3 +171,18 @@ def test_storm_cost_smoke() -> None:
         re.split(r"\s{2,}", line.strip()) for line in done.stdout.splitlines() if line.startswith("sweep")
     ]
     assert len(sweep) == 4 and all(number(cell) > 0 for cell in sweep[1:]), sweep
+
+
+def test_compiled_core_smoke() -> None:
+    """The compiled-core benchmark builds the detectors with mypyc (needs gcc, no broker), checks
+    that the compiled core emits what the interpreted one does, and prints both rows and the ratio."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "compiled_core.py"), "--smoke"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, f"compiled_core.py failed:\n{done.stderr[-4000:]}"
+    for label in ("core interpreted", "core compiled"):
+        row = cells(done.stdout, label)
+        assert len(row) == 3 and all(number(cell) > 0 for cell in row), row
+    assert number(cells(done.stdout, "ratio compiled / interpreted")[0]) > 0
+    assert "outputs equal: yes" in done.stdout, done.stdout
