@@ -64,7 +64,8 @@ def core_seconds(core: DetectionCore, records: Iterable[Record]) -> float:
 
 def core_digest(core: DetectionCore, records: Iterable[Record]) -> str:
     """A sha256 of everything ``core`` emits for ``records`` (incidents, attributions, MTTF rows and
-    ECC rows, by their reprs, drained as :func:`core_seconds` drains): equal digests, equal outputs."""
+    ECC rows, by their reprs, drained as :func:`core_seconds` drains): equal digests, equal outputs.
+    Records name the file they came from: compare digests of the same files at the same paths."""
     digest = hashlib.sha256()
 
     def take(emitted: Emitted) -> None:
