@@ -17,8 +17,11 @@ SETUP = ROOT / "tests" / "setup"
 BASICS = ("bash", "env", "dirname", "sed", "head", "cut")
 
 
-def machine(tmp_path: Path, *, java: str | None = "17.0.15", mvn: bool = True) -> dict[str, str]:
-    """An environment whose PATH has the basics, this Python, and the given Java and Maven."""
+def machine(
+    tmp_path: Path, *, java: str | None = "17.0.15", mvn: bool = True, cc: bool = True
+) -> dict[str, str]:
+    """An environment whose PATH has the basics, this Python, the given Java and Maven, and a C
+    compiler unless ``cc`` is false."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name in BASICS:
@@ -32,7 +35,14 @@ def machine(tmp_path: Path, *, java: str | None = "17.0.15", mvn: bool = True) -
     if mvn:
         (bin_dir / "mvn").write_text("#!/bin/sh\necho 'Apache Maven 3.8.7'\n")
         (bin_dir / "mvn").chmod(0o755)
-    for tool in ("chromium", "promtool", "prometheus-alertmanager", "openssl", "keytool"):
+    for tool in (
+        "chromium",
+        "promtool",
+        "prometheus-alertmanager",
+        "openssl",
+        "keytool",
+        *(["cc"] if cc else []),
+    ):
         (bin_dir / tool).write_text("#!/bin/sh\n")
         (bin_dir / tool).chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
@@ -57,6 +67,7 @@ def test_a_ready_machine_passes_the_check(tmp_path: Path) -> None:
         ({"java": None}, "Java 17 (no java on PATH", "apt-get install -y openjdk-17-jre-headless"),
         ({"java": "11.0.2"}, 'Java 17 or newer (found: openjdk version "11.0.2"', "openjdk-17-jre-headless"),
         ({"mvn": False}, "Maven (no mvn on PATH", "apt-get install -y maven"),
+        ({"cc": False}, "a C compiler (benchmarks/compiled_core.py", "apt-get install -y gcc"),
     ],
 )
 def test_a_missing_tool_is_named_with_how_to_install_it(
