@@ -66,6 +66,7 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import GroupCoordinatorNotAvailableError
 from aiokafka.partitioner import murmur2
 from worker_throughput import add_kafka_argument
 
@@ -218,7 +219,12 @@ class Offsets:
 
     async def lag(self, group: str, tps: list[TopicPartition]) -> tuple[int, bool]:
         """Messages of ``tps`` past the group's committed offsets; whether anything is committed."""
-        answer = await self.admin.list_consumer_group_offsets(group)
+        try:
+            answer = await self.admin.list_consumer_group_offsets(group)
+        except GroupCoordinatorNotAvailableError:
+            # A fresh broker creates its offsets topic at the first group's lookup: nothing is
+            # committed until it has (the warm-up asks before the worker's first commit).
+            answer = {}
         committed = {tp: meta.offset for tp, meta in answer.items() if meta.offset >= 0}
         ends = await self.consumer.end_offsets(tps)
         return sum(max(ends[tp] - committed.get(tp, 0), 0) for tp in tps), bool(committed)
