@@ -182,7 +182,6 @@ class CommitPoint:
         await commit_offsets(self.app.consumer, offsets)  # only now: everything before is safe
         state.uncommitted = 0
         state.changed = False
-        state.behind = False
         state.last_commit = time.monotonic()
         self.metrics.commits.inc()
 

@@ -71,8 +71,8 @@ class PartitionWorker:
     #: alone can be a batch's short tail, a few records where the others hold 256: a backlog then
     #: looked live, and early publications flushed ClickHouse through it.
     records_a_message: dict[str, float] = field(default_factory=dict)
-    #: Whether the partition has been behind a backlog since its last commit point (it commits
-    #: as soon as it catches up).
+    #: Whether the partition is catching up a backlog (a restart, history replayed): set when it
+    #: is far behind, cleared when it reaches the end, where it commits at once.
     behind: bool = False
     #: What goes to the fleet stage at the next commit point (before the checkpoint).
     fleet_facts: list[FleetFact] = field(default_factory=list)

@@ -678,12 +678,14 @@ class WorkerRuntime:
         # The end of a backlog (a restart, a replay of history): commit at once rather than up to
         # a flush interval later, so the group's lag reads 0 as soon as it is true.
         if backlog_records > _CATCH_UP_RECORDS:
-            state.behind = True  # until the next commit point
+            state.behind = True  # until it reaches the end, through the commit points on the way
         caught_up = state.behind and backlog == 0
         if self._commit_due(state, caught_up):
             await self.commit(state)
         elif self._publish_due(state, backlog_records):
             await self.commit_point.publish(state, self._still_ours(state))
+        if caught_up:
+            state.behind = False
 
     def _commit_due(self, state: PartitionWorker, caught_up: bool) -> bool:
         return (state.uncommitted > 0 or state.changed) and (

@@ -306,6 +306,22 @@ class ReleasedPartition:
         return flush_seconds
 
 
+def released_runtime(clock: list[float]) -> tuple[WorkerRuntime, list[float], list[tuple[int, float]]]:
+    """A runtime whose commit points are recorded (times) and whose backlog is set by the test."""
+    runtime, _ = make_runtime()
+    runtime.sink = type("Sink", (), {"should_flush": lambda self, partition: False})()  # type: ignore[assignment]
+    commits: list[float] = []
+
+    async def commit(state: Any) -> None:
+        commits.append(clock[0])
+        state.last_commit = clock[0]
+
+    runtime.commit = commit  # type: ignore[method-assign]
+    lag = [(0, 0.0)]
+    runtime._backlog = lambda _state: lag[0]  # type: ignore[method-assign]
+    return runtime, commits, lag
+
+
 @pytest.mark.parametrize(("backlog_records", "committed_at_its_end"), [(5_000, False), (60_000, True)])
 def test_only_a_backlog_worth_catching_up_commits_as_soon_as_it_ends(
     clock: list[float], backlog_records: int, committed_at_its_end: bool
@@ -313,23 +329,39 @@ def test_only_a_backlog_worth_catching_up_commits_as_soon_as_it_ends(
     """A live stream's passing lag (5,000 records: a quarter of a second at 20,000 records/s)
     waits for the flush interval; the end of a real backlog (a restart, history replayed) is a
     commit point at once. Each end of a passing lag was one before: 1.8 checkpoints a second."""
-    runtime, _ = make_runtime()
-    runtime.sink = type("Sink", (), {"should_flush": lambda self, partition: False})()  # type: ignore[assignment]
-    commits: list[float] = []
-
-    async def commit(state: Any) -> None:
-        commits.append(clock[0])
-        state.behind = False
-
-    runtime.commit = commit  # type: ignore[method-assign]
+    runtime, commits, lag = released_runtime(clock)
     state = ReleasedPartition(last_commit=clock[0])
-    lag = [(backlog_records // 100, float(backlog_records))]
-    runtime._backlog = lambda _state: lag[0]  # type: ignore[method-assign]
+    lag[0] = (backlog_records // 100, float(backlog_records))
     asyncio.run(runtime._release(state))  # type: ignore[arg-type]
     clock[0] += 0.3
     lag[0] = (0, 0.0)
     asyncio.run(runtime._release(state))  # type: ignore[arg-type]
     assert commits == ([clock[0]] if committed_at_its_end else [])
+    clock[0] += 0.3
+    asyncio.run(runtime._release(state))  # type: ignore[arg-type]
+    assert len(commits) == int(committed_at_its_end)  # caught up once, not again
     clock[0] += runtime.settings.worker_flush_seconds
     asyncio.run(runtime._release(state))  # type: ignore[arg-type]
-    assert len(commits) == (2 if committed_at_its_end else 1)  # the flush interval's, either way
+    assert len(commits) == 1 + int(committed_at_its_end)  # the flush interval's, either way
+
+
+def test_a_backlog_commits_at_its_end_after_commit_points_on_the_way(clock: list[float]) -> None:
+    """A backlog's commit points on the way (here the flush interval's, with 10,000 records still
+    to go) do not make its end wait for the next interval: the mark stays until the end (a commit
+    point cleared it once, and the last 20,000 records of every replay waited up to 2 s)."""
+    runtime, commits, lag = released_runtime(clock)
+    state = ReleasedPartition(last_commit=clock[0])
+    flush = runtime.settings.worker_flush_seconds
+    start = clock[0]
+    for after, records in (
+        (0.7 * flush, 60_000),
+        (1.4 * flush, 30_000),
+        (1.5 * flush, 10_000),
+        (1.6 * flush, 0),
+    ):
+        clock[0] = start + after
+        lag[0] = (records // 100, float(records))
+        asyncio.run(runtime._release(state))  # type: ignore[arg-type]
+    # The flush interval's, 10,000 records before the end (under the catching-up mark: it stays);
+    # then the end's at once, 0.2 intervals on.
+    assert commits == [start + 1.4 * flush, start + 1.6 * flush]
