@@ -34,6 +34,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from stream.simulator import SimulationConfig, simulate
+
 ROOT = Path(__file__).resolve().parents[1]
 
 #: Detector modules compiled (most of the core's time; they compile unchanged but for one line).
@@ -147,9 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         if sim is None:
             sim = work / "sim"
             log(f"simulating {args.nodes} nodes x {args.days} days into {sim} ...")
-            subprocess.run([sys.executable, "-m", "stream.cli", "simulate", "--nodes", str(args.nodes),
-                            "--days", str(args.days), "--out", str(sim)], cwd=ROOT, check=True,
-                           stdout=subprocess.DEVNULL)  # fmt: skip
+            simulate(SimulationConfig(nodes=args.nodes, days=args.days), sim)
         files = [sim / name for name in ("kernel.log", "sacct.txt", "dcgm.prom")]
         interpreted, compiled = work / "interpreted", work / "compiled"
         for tree in (interpreted, compiled):

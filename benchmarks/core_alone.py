@@ -20,7 +20,7 @@ import hashlib
 import json
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from detectors.core import DetectionCore, Emitted
@@ -54,11 +54,7 @@ def core_seconds(core: DetectionCore, records: Iterable[Record]) -> float:
     """Seconds of ``core`` processing ``records`` in their order, drained every
     :data:`DRAIN_EVERY`, to the end of the input (:meth:`DetectionCore.finish`, which drains)."""
     started = time.perf_counter()
-    for count, record in enumerate(records, 1):
-        core.process(record)
-        if count % DRAIN_EVERY == 0:
-            core.drain()
-    core.finish()
+    run_through(core, records)
     return time.perf_counter() - started
 
 
@@ -73,12 +69,20 @@ def core_digest(core: DetectionCore, records: Iterable[Record]) -> str:
             for row in rows:
                 digest.update(repr(row).encode())
 
+    run_through(core, records, take)
+    return digest.hexdigest()
+
+
+def run_through(
+    core: DetectionCore, records: Iterable[Record], take: Callable[[Emitted], object] = lambda _: None
+) -> None:
+    """``records`` through ``core`` in their order, what it decided handed to ``take`` every
+    :data:`DRAIN_EVERY` records and at the end of the input (:meth:`DetectionCore.finish`)."""
     for count, record in enumerate(records, 1):
         core.process(record)
         if count % DRAIN_EVERY == 0:
             take(core.drain())
     take(core.finish())
-    return digest.hexdigest()
 
 
 def main(argv: list[str] | None = None) -> int:

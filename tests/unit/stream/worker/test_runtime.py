@@ -355,8 +355,8 @@ def test_a_backlog_commits_at_its_end_after_commit_points_on_the_way(clock: list
     start = clock[0]
     for after, records in (
         (0.7 * flush, 60_000),
-        (1.4 * flush, 30_000),
-        (1.5 * flush, 10_000),
+        (1.4 * flush, 10_000),
+        (1.5 * flush, 5_000),
         (1.6 * flush, 0),
     ):
         clock[0] = start + after
