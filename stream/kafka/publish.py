@@ -162,7 +162,11 @@ async def publish(
     producer = AIOKafkaProducer(
         **client_options(settings),
         enable_idempotence=True,
-        linger_ms=20,
+        # No linger: each partition's batch lingers on its own, so a jobs record was readable up to
+        # 31 ms after later ECC records (half an hour of a paced replay's event time), past the
+        # skew a worker's idle rule allows for (PUBLISH_SKEW_SECONDS, docs/kafka.md). Messages
+        # still queue into batches while a request is in flight.
+        linger_ms=0,
         max_batch_size=256 * 1024,
     )
     await producer.start()

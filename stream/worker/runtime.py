@@ -48,6 +48,7 @@ from stream.worker.checkpoints import CheckpointTopic, StaleCheckpoint
 from stream.worker.commit import CommitPoint
 from stream.worker.diagnostics import committed_offsets, fetch_state, refetch
 from stream.worker.joining import joined_from, skip_applied_lines
+from stream.worker.merge import PUBLISH_SKEW_SECONDS
 from stream.worker.metrics import WorkerMetrics
 from stream.worker.partition import HeldLine, PartitionWorker
 from stream.worker.positions import Delivery, InputPositions
@@ -472,7 +473,8 @@ class WorkerRuntime:
             # Its input is the re-keying of the jobs topic, by whichever worker owns that: only
             # once every jobs message was re-keyed can nothing more be on its way here.
             return None
-        return self._progress_at
+        # What was published within the skew before the broker was asked may not have been readable.
+        return self._progress_at - PUBLISH_SKEW_SECONDS
 
     async def _refresh_progress(self) -> None:
         """Learn how far the inputs go, for the merge's idle test: whether the group has committed

@@ -365,3 +365,38 @@ def test_a_backlog_commits_at_its_end_after_commit_points_on_the_way(clock: list
     # The flush interval's, 10,000 records before the end (under the catching-up mark: it stays);
     # then the end's at once, 0.2 intervals on.
     assert commits == [start + 1.4 * flush, start + 1.6 * flush]
+
+
+def test_a_drained_answer_covers_what_was_published_a_skew_before_it_was_asked(clock: list[float]) -> None:
+    """Records of different partitions become readable a few milliseconds out of the order they
+    were sent in: a record that arrived just before the broker was asked may have overtaken a
+    jobs record sent before it, so only records that arrived the skew before the answer pass."""
+    from stream.worker.merge import PUBLISH_SKEW_SECONDS, EventTimeMerger
+
+    runtime, app, consumer = counting_runtime()
+    consumer.topic_partitions = lambda topic: 1  # type: ignore[attr-defined]
+    consumer.highwater_of[ECC] = 100  # read to its end
+
+    class Broker(FakeBroker):
+        async def committed(self, group: str, partitions: Any) -> dict[Any, int]:
+            return {tp: 7 for tp in partitions}  # every jobs message re-keyed
+
+        async def end_offsets(self, partitions: Any) -> dict[Any, int]:
+            return {tp: 7 if tp.topic == "t.jobs" else 100 for tp in partitions}
+
+    runtime.broker = Broker(app.consumer)  # type: ignore[assignment]
+    runtime.partitions[0] = type("State", (), {"applied": {"t.ecc": 99}})()  # type: ignore[assignment]
+    merger = EventTimeMerger(["ecc", "xid"], idle_after=0.25, clock=lambda: clock[0],
+                             drained=lambda source: runtime._source_drained(0, source))  # fmt: skip
+    merger.add("xid", 10, "xid at 10")
+    merger.add("ecc", 20, "early")  # arrives, then xid falls silent
+    clock[0] += 0.5
+    merger.add("ecc", 30, "just before the answer")
+    clock[0] += PUBLISH_SKEW_SECONDS / 5
+    runtime._topic_of["xid"] = "t.ecc"  # xid read to its end (the fake has one input topic)
+    asyncio.run(runtime._refresh_progress())
+    clock[0] += 0.01
+    assert list(merger.release()) == ["xid at 10", "early"]  # "just before" waits for a later answer
+    clock[0] += 0.2
+    asyncio.run(runtime._refresh_progress())
+    assert list(merger.release()) == ["just before the answer"]
