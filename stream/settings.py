@@ -209,9 +209,9 @@ class Settings:
     worker_idle_seconds: float = setting(
         0.25,
         "Worker: an input partition silent this long, with nothing left to read (as the broker said "
-        "after the held record arrived), no longer holds back the event-time merge. A live stream's "
-        "sparse jobs topic holds every XID after a job change this long; raise it (2) for publishers "
-        "that send a topic's records later than those of the other topics.",
+        "50 ms or more after the held record arrived), no longer holds back the event-time merge. "
+        "A live stream's sparse jobs topic holds every XID after a job change this long; raise it (2) "
+        "for publishers that send a topic's records later than those of the other topics.",
     )
     worker_fleet_idle_seconds: float = setting(
         30.0,
