@@ -462,7 +462,8 @@ class WorkerRuntime:
 
     def _source_drained(self, partition: int, source: str) -> float | None:
         """Whether the merge may treat a silent source as idle: the monotonic time as of which
-        nothing of it was left to read (when the broker was last asked), None if something is."""
+        nothing of it was left to read (when the broker was last asked, less the publish skew),
+        None if something is."""
         state = self.partitions.get(partition)
         if state is None:
             return math.inf
