@@ -155,10 +155,11 @@ async def _watch_order(
     queries = BrokerQueries({"bootstrap_servers": bootstrap})
     await consumer.start()
     try:
-        consumer.assign([TopicPartition(topic, p) for topic in others for p in range(4)] + [jobs])
+        partitions = range(int(env["FAULTSTREAM_TOPIC_PARTITIONS"]))
+        consumer.assign([TopicPartition(topic, p) for topic in others for p in partitions] + [jobs])
         read: list[tuple[int, int]] = []  # jobs messages: (offset, event time)
-        arrived: list[tuple[int, float]] = []  # (newest event time of the other topics, when read)
-        asked: list[tuple[float, int]] = []  # (when asked, the jobs end offset)
+        # After each fetch: (newest event time of the other topics read, when, the jobs end offset then).
+        asked: list[tuple[int, float, int]] = []
         newest, quiet = -1, 0
         while quiet < 10:
             fetched = await consumer.getmany(timeout_ms=200)
@@ -169,44 +170,42 @@ async def _watch_order(
                     else:
                         newest = max(newest, message.timestamp)
             if fetched:
-                arrived.append((newest, time.monotonic()))
                 at = time.monotonic()
-                asked.append((at, (await queries.end_offsets([jobs]))[jobs]))
+                asked.append((newest, at, (await queries.end_offsets([jobs]))[jobs]))
             quiet = quiet + 1 if not fetched and publisher.poll() is not None else 0
     finally:
         await consumer.stop()
         await queries.close()
     late = []
     for offset, ts in read:
-        passed = next((at for other, at in arrived if other > ts + lateness_ms), None)
+        passed = next((at for other, at, _ in asked if other > ts + lateness_ms), None)
         if passed is None:
             continue
-        end = next((end for at, end in asked if at >= passed + PUBLISH_SKEW_SECONDS), None)
+        end = next((end for _, at, end in asked if at >= passed + PUBLISH_SKEW_SECONDS), None)
         if end is not None and offset >= end:
             late.append(f"jobs offset {offset} (event time {ts}): not readable {PUBLISH_SKEW_SECONDS} s after "
                         f"the other topics passed {ts + lateness_ms}")  # fmt: skip
     return len(read), late
 
 
-def test_a_paced_replay_keeps_event_time_order_across_topics(bootstrap, tmp_path):
+def test_a_paced_replay_keeps_event_time_order_across_topics(bootstrap, topics_env, tmp_path):
     """A paced replay compresses days into seconds (the example: 14 days at 3,000 records/s, about
     two minutes of event time a millisecond), so a jobs record readable a few milliseconds after
     later ECC records is past the allowed lateness; a worker whose jobs source was idle let those
     ECC records through first, and the job's end came late (the scale-out test's rare failure).
     The producer's 20 ms linger made 5-31 ms of that; without it 2-7 ms remain, which a worker's
     drained answer allows for (:data:`PUBLISH_SKEW_SECONDS`): none may be left beyond that."""
-    env = kafka.deployment_env(bootstrap, f"order{uuid.uuid4().hex[:6]}", 4)
-    faultstream(env, "init-kafka")
+    faultstream(topics_env, "init-kafka")
     publisher = subprocess.Popen(
         [sys.executable, "-m", "stream.cli", "replay", *map(str, EXAMPLE), "--to", f"kafka://{bootstrap}",
          "--no-progress", "--rate", "3000"],
-        env={**os.environ, **env}, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=(tmp_path / "publisher.log").open("w"),
+        env={**os.environ, **topics_env}, cwd=ROOT, stdout=subprocess.DEVNULL,
+        stderr=(tmp_path / "publisher.log").open("w"),
     )  # fmt: skip
     try:
-        jobs, late = asyncio.run(_watch_order(bootstrap, env, publisher))
+        jobs, late = asyncio.run(_watch_order(bootstrap, topics_env, publisher))
     finally:
         publisher.kill()
-        kafka.delete_deployment_topics(env)
     assert publisher.wait() == 0, (tmp_path / "publisher.log").read_text()[-2000:]
     assert jobs > 100, "too few jobs messages to tell"
     assert not late, f"{len(late)} of {jobs} jobs messages out of order, e.g.\n" + "\n".join(late[:5])
