@@ -605,8 +605,9 @@ def render(args: argparse.Namespace, results: Results, facts: dict) -> str:
     first = published[settings[0]]
     parts = " + ".join(f"{t.rsplit('.', 1)[1]} {first.sent.get(t, 0):,}" for t in first.inputs)
     lines.append(
-        f"faultstream worker throughput: {args.nodes} nodes x {args.days:g} days, {args.partitions} "
-        f"partition(s), records/s, median of {args.runs} run(s)"
+        f"faultstream worker throughput: {args.nodes} nodes x {args.days:g} days (DCGM scraped every "
+        f"{args.ecc_interval_minutes:g} min), {args.partitions} partition(s), records/s, median of "
+        f"{args.runs} run(s)"
     )
     embedded = facts["embedded_records"]
     lines.append(f"records a run: {first.records:,} = {parts} (embedded replay: {embedded:,})")
@@ -704,6 +705,13 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, runs_help: str) -> No
     )
     parser.add_argument("--nodes", type=int, default=100)
     parser.add_argument("--days", type=float, default=30)
+    parser.add_argument(
+        "--ecc-interval-minutes",
+        type=float,
+        default=360.0,
+        help="DCGM scrape period of the simulated cluster (the simulator's default, 360; DCGM "
+        "exporters scrape every 0.5-1 minute, where ECC samples are nearly all the records)",
+    )
     parser.add_argument("--runs", type=int, default=3, help=runs_help)
     parser.add_argument("--partitions", type=int, default=1, help="partitions of xid, ecc, jobs-by-node")
     parser.add_argument("--smoke", action="store_true", help="tiny run for CI: 8 nodes x 1 day, 1 run")
@@ -758,7 +766,8 @@ def on_simulated_cluster(
     try:
         sim = workdir / "sim"
         log(f"simulating {args.nodes} nodes x {args.days:g} days into {sim} ...")
-        run_cli(["simulate", "--nodes", str(args.nodes), "--days", str(args.days), "--out", str(sim)],
+        run_cli(["simulate", "--nodes", str(args.nodes), "--days", str(args.days),
+                 "--ecc-interval-minutes", str(args.ecc_interval_minutes), "--out", str(sim)],
                 dict(os.environ))  # fmt: skip
         print(table([sim / name for name in INPUTS], workdir), flush=True)
     finally:

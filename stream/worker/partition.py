@@ -96,16 +96,26 @@ class PartitionWorker:
     #: The first horizon it handed over (since it was started or restored).
     first_horizon_ms: int | None = None
 
-    def horizon_crossed_period(self) -> bool:
-        """Whether the fleet horizon entered a storm-baseline period after the one last handed
-        over (a baseline the fleet stage can decide now), or an ECC-reference period while the
-        merge holds a record for the fleet or in the partition's first two days of event time
-        (hourly: a backlog past them does not hand over each hour)."""
+    def hand_over_due(self) -> bool:
+        """Whether the partition's horizon (and facts) should go to the fleet stage now rather
+        than at the next commit point: the merge's next record waits for the stage and the horizon
+        moved since the last hand-over, or the horizon entered a storm-baseline period after the
+        one last handed over (a baseline the stage can decide now), or an ECC-reference period in
+        the partition's first two days of event time (hourly: a backlog past them does not hand
+        over each hour)."""
         horizon, handed = self.fleet_horizon_ms, self.handed_horizon_ms
         if horizon is None:
             return False
         if handed is None:
             return True  # nothing handed over yet (a new partition's first commit point is seconds away)
+        if self.waiting_for_fleet and horizon != handed:
+            # What the record waits for may be decidable at this very horizon, which the record
+            # itself pins: an ECC sample at an hour's start holds the horizon the lateness and the
+            # attribution window before it, exactly where the stage decides that hour's reference,
+            # so no period is crossed. Handed over only at the next commit point, a backlog of
+            # 1-minute scrapes stood still for up to 2 s at such hours, its merge filling with
+            # ~200,000 records that every checkpoint then pickled.
+            return True
         period = self.core.config.storm_baseline_period_ms
         if horizon // period > handed // period:
             return True
@@ -117,7 +127,7 @@ class PartitionWorker:
         # The first two days after the partition's first records are when its GPUs are young and
         # their samples wait for the fleet's hourly ECC reference: every partition hands over at
         # each hour then, so that one waiting does not wait for the others' commit points.
-        return self.waiting_for_fleet or horizon - self.first_horizon_ms < _YOUNG_HISTORY_MS
+        return horizon - self.first_horizon_ms < _YOUNG_HISTORY_MS
 
     def note_message_size(self, topic: str, records: float) -> None:
         """Count a message of ``topic`` holding ``records`` good records (a joined message: its

@@ -664,7 +664,7 @@ class WorkerRuntime:
 
     async def _release(self, state: PartitionWorker) -> None:
         self.metrics.late_events.inc(state.process_released())
-        if state.horizon_crossed_period():
+        if state.hand_over_due():
             # The fleet stage decides a period's storm baseline once every partition's horizon
             # has passed the period before it; XIDs that could storm wait for it. Handed over only
             # at commit points, a backlog waited for one at each day boundary (the worker ran at

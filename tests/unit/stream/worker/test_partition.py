@@ -105,3 +105,43 @@ def test_an_ecc_sample_that_needs_the_fleets_reference_waits_at_the_head_of_the_
     state.process_released()
     assert [(f.ts_ms, f.value) for f in state.fleet_facts if f.kind == "ecc_sbe"] == [(T0 + 30 * MINUTE, 4)]
     assert T0 + 45 * MINUTE not in [ts for _, ts, _ in state.merger.held()]
+
+
+def test_a_record_waiting_for_the_fleet_hands_its_horizon_over_at_once() -> None:
+    """An ECC sample at an hour's start that needs that hour's fleet reference pins the partition's
+    horizon the lateness and the attribution window before it: still the previous hour, so no
+    period is crossed, yet it is the horizon the stage needs to decide the reference. The
+    partition hands it over then (not at the next commit point), once."""
+    rows = Rows()
+    state = PartitionWorker.start(
+        0, Settings(topic_partitions=1), ["ecc", "job", "xid"], None, lambda _: False, rows, rows
+    )
+
+    def ecc(minute: int, sbe: int) -> tuple[int, tuple[EccSample, bytes]]:
+        sample = EccSample(
+            ts_ms=T0 + minute * MINUTE, cluster="c", node="n1", gpu=0, pci_bus_id="0000:07:00",
+            counters={"sbe_volatile": sbe},
+        )  # fmt: skip
+        return sample.ts_ms, (sample, encode_record(sample))
+
+    for source in ("job", "xid"):  # the other sources have moved past the samples
+        later = XidEvent(ts_ms=T0 + 90 * MINUTE, cluster="c", node="n2", xid=13, pci_bus_id="0000:07:00")
+        state.merger.add(source, later.ts_ms, (later, encode_record(later)))
+    state.merger.add_many("ecc", [ecc(0, 5), ecc(15, 5), ecc(30, 5), ecc(45, 5)])
+    state.process_released()
+    assert not state.waiting_for_fleet
+    state.handed_horizon_ms = state.fleet_horizon_ms  # a commit point handed it over
+    assert not state.hand_over_due()
+
+    state.merger.add_many("ecc", [ecc(60, 9)])  # corrected errors, no past of its own to judge by
+    state.process_released()
+    assert state.waiting_for_fleet
+    hour = state.core.config.ecc_period_ms
+    assert state.fleet_horizon_ms is not None and state.handed_horizon_ms is not None
+    assert state.fleet_horizon_ms // hour == state.handed_horizon_ms // hour  # no period crossed
+    assert state.fleet_horizon_ms > state.handed_horizon_ms
+    assert state.hand_over_due()
+
+    state.handed_horizon_ms = state.fleet_horizon_ms  # handed over; the sample still waits
+    state.process_released()
+    assert state.waiting_for_fleet and not state.hand_over_due()

@@ -299,7 +299,7 @@ class ReleasedPartition:
     def process_released(self) -> int:
         return 0
 
-    def horizon_crossed_period(self) -> bool:
+    def hand_over_due(self) -> bool:
         return False
 
     def commit_interval(self, flush_seconds: float) -> float:
