@@ -78,8 +78,9 @@ def render(args: argparse.Namespace, runs: dict, records: int) -> str:
     first_launch, first_steady = medians[args.values[0]]
     width = max(len(args.setting) + 2, *(len(value) + 2 for value in args.values))
     lines = [
-        f"faultstream worker under {args.setting}: {args.nodes} nodes x {args.days:g} days, "
-        f"{args.partitions} partition(s), {args.per_message} records a message, {records:,} records a run, "
+        f"faultstream worker under {args.setting}: {args.nodes} nodes x {args.days:g} days (DCGM scraped "
+        f"every {args.ecc_interval_minutes:g} min), {args.partitions} partition(s), "
+        f"{args.per_message} records a message, {records:,} records a run, "
         f"median of {args.runs} alternating run(s)",
         f"machine: {os.cpu_count()} CPUs",
         "",

@@ -88,7 +88,7 @@ def test_worker_throughput_smoke(bootstrap: str, tmp_path: Path) -> None:
 
 def test_worker_settings_smoke(bootstrap: str, tmp_path: Path) -> None:
     table = run_benchmark("worker_settings.py", bootstrap, tmp_path)
-    assert "FAULTSTREAM_WORKER_POLL_BYTES" in table
+    assert "FAULTSTREAM_WORKER_POLL_BYTES" in table and "(DCGM scraped every 360 min)" in table
     for value in ("1048576", "1000000000"):
         launch, steady, launch_ratio, _steady_ratio = cells(table, value)
         assert number(launch) > 0 and number(launch_ratio) > 0, table
