@@ -30,6 +30,15 @@ class Rows:
         self.items.append(letter)
 
 
+def ecc(minute: int, sbe: int) -> tuple[int, tuple[EccSample, bytes]]:
+    """A held ECC sample of GPU 0 of node n1, ``minute`` minutes past T0, as the merge holds it."""
+    sample = EccSample(
+        ts_ms=T0 + minute * MINUTE, cluster="c", node="n1", gpu=0, pci_bus_id="0000:07:00",
+        counters={"sbe_volatile": sbe},
+    )  # fmt: skip
+    return sample.ts_ms, (sample, encode_record(sample))
+
+
 def start(checkpoint: PartitionCheckpoint | None) -> PartitionWorker:
     rows = Rows()
     return PartitionWorker.start(
@@ -84,13 +93,6 @@ def test_an_ecc_sample_that_needs_the_fleets_reference_waits_at_the_head_of_the_
         0, Settings(topic_partitions=1), ["ecc", "job", "xid"], None, lambda _: False, rows, rows
     )
 
-    def ecc(minute: int, sbe: int) -> tuple[int, tuple[EccSample, bytes]]:
-        sample = EccSample(
-            ts_ms=T0 + minute * MINUTE, cluster="c", node="n1", gpu=0, pci_bus_id="0000:07:00",
-            counters={"sbe_volatile": sbe},
-        )  # fmt: skip
-        return sample.ts_ms, (sample, encode_record(sample))
-
     # A young GPU: two quiet samples, then corrected errors with no past of its own to compare with.
     state.merger.add_many("ecc", [ecc(0, 5), ecc(15, 5), ecc(30, 9), ecc(45, 9)])
     for source in ("job", "xid"):  # the other sources have moved past the samples
@@ -116,13 +118,6 @@ def test_a_record_waiting_for_the_fleet_hands_its_horizon_over_at_once() -> None
     state = PartitionWorker.start(
         0, Settings(topic_partitions=1), ["ecc", "job", "xid"], None, lambda _: False, rows, rows
     )
-
-    def ecc(minute: int, sbe: int) -> tuple[int, tuple[EccSample, bytes]]:
-        sample = EccSample(
-            ts_ms=T0 + minute * MINUTE, cluster="c", node="n1", gpu=0, pci_bus_id="0000:07:00",
-            counters={"sbe_volatile": sbe},
-        )  # fmt: skip
-        return sample.ts_ms, (sample, encode_record(sample))
 
     for source in ("job", "xid"):  # the other sources have moved past the samples
         later = XidEvent(ts_ms=T0 + 90 * MINUTE, cluster="c", node="n2", xid=13, pci_bus_id="0000:07:00")
