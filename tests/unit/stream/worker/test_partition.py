@@ -39,6 +39,19 @@ def ecc(minute: int, sbe: int) -> tuple[int, tuple[EccSample, bytes]]:
     return sample.ts_ms, (sample, encode_record(sample))
 
 
+def partition_past_90_minutes() -> PartitionWorker:
+    """Partition 0 of one, its fleet stage elsewhere, whose job and xid sources have moved to 90
+    minutes past T0: the ECC samples a test adds before then are released in their order."""
+    rows = Rows()
+    state = PartitionWorker.start(
+        0, Settings(topic_partitions=1), ["ecc", "job", "xid"], None, lambda _: False, rows, rows
+    )
+    for source in ("job", "xid"):
+        later = XidEvent(ts_ms=T0 + 90 * MINUTE, cluster="c", node="n2", xid=13, pci_bus_id="0000:07:00")
+        state.merger.add(source, later.ts_ms, (later, encode_record(later)))
+    return state
+
+
 def start(checkpoint: PartitionCheckpoint | None) -> PartitionWorker:
     rows = Rows()
     return PartitionWorker.start(
@@ -88,16 +101,9 @@ def test_an_ecc_sample_that_needs_the_fleets_reference_waits_at_the_head_of_the_
     """The worker processes ECC samples without asking first whether they need the fleet's ECC
     reference; the core raises, having changed nothing, and the sample goes back to the merge's
     head until the fleet stage's reference comes. It is then applied once."""
-    rows = Rows()
-    state = PartitionWorker.start(
-        0, Settings(topic_partitions=1), ["ecc", "job", "xid"], None, lambda _: False, rows, rows
-    )
-
+    state = partition_past_90_minutes()
     # A young GPU: two quiet samples, then corrected errors with no past of its own to compare with.
     state.merger.add_many("ecc", [ecc(0, 5), ecc(15, 5), ecc(30, 9), ecc(45, 9)])
-    for source in ("job", "xid"):  # the other sources have moved past the samples
-        later = XidEvent(ts_ms=T0 + 90 * MINUTE, cluster="c", node="n2", xid=13, pci_bus_id="0000:07:00")
-        state.merger.add(source, later.ts_ms, (later, encode_record(later)))
     state.process_released()
     assert state.waiting_for_fleet
     assert [ts for _, ts, _ in state.merger.held()][:2] == [T0 + 30 * MINUTE, T0 + 45 * MINUTE]
@@ -114,14 +120,7 @@ def test_a_record_waiting_for_the_fleet_hands_its_horizon_over_at_once() -> None
     horizon the lateness and the attribution window before it: still the previous hour, so no
     period is crossed, yet it is the horizon the stage needs to decide the reference. The
     partition hands it over then (not at the next commit point), once."""
-    rows = Rows()
-    state = PartitionWorker.start(
-        0, Settings(topic_partitions=1), ["ecc", "job", "xid"], None, lambda _: False, rows, rows
-    )
-
-    for source in ("job", "xid"):  # the other sources have moved past the samples
-        later = XidEvent(ts_ms=T0 + 90 * MINUTE, cluster="c", node="n2", xid=13, pci_bus_id="0000:07:00")
-        state.merger.add(source, later.ts_ms, (later, encode_record(later)))
+    state = partition_past_90_minutes()
     state.merger.add_many("ecc", [ecc(0, 5), ecc(15, 5), ecc(30, 5), ecc(45, 5)])
     state.process_released()
     assert not state.waiting_for_fleet
