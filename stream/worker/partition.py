@@ -209,11 +209,12 @@ class PartitionWorker:
         """Run every record the merge releases through the pipeline; return how many were late."""
         late = 0
         where = f"partition {self.partition}"
+        apply = self.pipeline.apply
         released = self.merger.release(self._ready)
         for record, _ in released:
             self.changed = True
             try:
-                if self.pipeline.apply(record, where) is not None:
+                if apply(record, where) is not None:
                     late += 1
             except FleetBaselineMissing:
                 # An ECC sample that needs its period's fleet reference (not asked beforehand:
@@ -237,10 +238,15 @@ class PartitionWorker:
         watermark moves to it first (so its horizon does, for the fleet stage), then it waits,
         if it must, for the storm baseline of its period. An ECC sample (nine records in ten) is
         not asked about: asking whether it needs the fleet's ECC reference repeats the lookups its
-        processing does, which raises instead when it does (:meth:`process_released`)."""
-        self.core.advance(ts_ms)
+        processing does, which raises instead when it does (:meth:`process_released`); nor is
+        the watermark moved for it here: processing moves it first, raise or not."""
         record = held[0]
-        ready = type(record) is EccSample or self.core.ready_for(record)
+        if type(record) is EccSample:
+            self.waiting_for_fleet = False
+            return True
+        core = self.core
+        core.advance(ts_ms)
+        ready = core.ready_for(record)
         self.waiting_for_fleet = not ready
         return ready
 

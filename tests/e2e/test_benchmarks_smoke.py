@@ -191,3 +191,16 @@ def test_compiled_core_smoke() -> None:
         assert len(row) == 3 and all(number(cell) > 0 for cell in row), row
     assert number(cells(done.stdout, "ratio compiled / interpreted")[0]) > 0
     assert "outputs equal: yes" in done.stdout, done.stdout
+
+
+def test_worker_path_smoke() -> None:
+    """The worker's path without Kafka (no broker): a cost a record for each part, the path's and
+    the core alone's records/s, and the path's outputs equal to the core alone's."""
+    out = run_offline_benchmark("worker_path.py", "--smoke")
+    for label in ("decode", "merge: add", "merge: release"):
+        [cost] = cells(out, label)
+        assert number(cost) > 0, out
+    for label in ("path in all", "detection core alone"):
+        row = cells(out, label)
+        assert len(row) == 2 and all(number(cell) > 0 for cell in row), out
+    assert "outputs equal to the core alone's: yes" in out, out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import heapq
 import random
+import weakref
 from collections.abc import Callable
 
 import pytest
@@ -75,6 +76,24 @@ def test_an_item_passes_an_idle_source_only_if_it_came_before_the_source_was_fou
     clock.now = 6.0
     answered_at["job"] = 5.5  # asked again: drained as of 5.5, after ecc20 came
     assert list(merger.release()) == ["job15", "ecc20"]
+
+
+def test_released_items_are_let_go_a_message_or_so_later() -> None:
+    """The merge keeps nothing it released for long: a record it still referenced was not freed,
+    and with thousands so kept each new record was decoded into memory out of the CPU's caches."""
+
+    class Item:
+        pass
+
+    merger: EventTimeMerger[Item] = EventTimeMerger(["ecc"], idle_after=5)
+    refs = []
+    for message in range(40):  # 40 messages of 256 records, each released as it comes
+        items = [Item() for _ in range(256)]
+        refs += [weakref.ref(item) for item in items]
+        merger.add_many("ecc", [(message * 256 + i, item) for i, item in enumerate(items)])
+        del items
+        assert len(list(merger.release())) == 256
+    assert sum(ref() is not None for ref in refs) <= 2 * 256
 
 
 class _HeapMerger:
