@@ -12,10 +12,11 @@ and released through its pipeline into the core (``PartitionWorker.process_relea
 ``WorkerRuntime.apply`` does. A source counts as idle once none of its messages is left (a
 backlog, all of it fetched): the merge orders the three topics by event time as the worker's does.
 The core runs the fleet stage in process, as the embedded replay's does (the worker's stage is
-elsewhere and decides the same things; it is not timed here), and writes into a sink that only
-counts. Beside it, the core alone on the same records in memory (``core_alone.py``'s loop): the
-path's ratio to it is what decoding and the merge cost on top of detection. The outputs of the two
-are compared by digest (the same records in the same order give the same incidents and rows).
+elsewhere and decides the same things; it is not timed here), and writes into a sink that writes
+nothing and keeps what the core decided. Beside it, the core alone on the same records in memory
+(``core_alone.py``'s loop): the path's ratio to it is what decoding and the merge cost on top of
+detection. The outputs of the two are compared by a digest of every incident and row, sorted (the
+merge must hand the core the records in the replay's order for them to be equal).
 
 Kafka, Faust, ClickHouse and checkpoints are left out on purpose: this is the part of the
 worker's time that is ours alone, to be measured without the broker's noise (a code change's

@@ -55,8 +55,8 @@ T = TypeVar("T")
 
 #: Released items a source's list keeps before it is compacted (once they are half of it). Few:
 #: a released record is freed only then, and while thousands stayed (4,096) the decoder's next
-#: records went to memory out of the CPU's caches, and the core read them there (decoding and
-#: the core each ~1.4x slower than on records freed at once; benchmarks in docs/performance.md).
+#: records went to memory out of the CPU's caches and the core read them there: decoding took
+#: 1.5x and the release into the core 1.7x what they take now (benchmarks/worker_path.py).
 _COMPACT_AFTER = 64
 #: An event time past every real one (the low watermark when every source is idle).
 _END_OF_TIME = 2**63
