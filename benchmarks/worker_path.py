@@ -179,11 +179,12 @@ def run_path(messages: list[OutgoingMessage], settings: Settings) -> PathTimes:
         offset = offsets[kind]
         offsets[kind] += 1
         started = now()
-        decoded: list[tuple[int, HeldLine]] = []
-        for item, line in decode_message_lines(kind, message.value, f"{kind}/0", offset):
-            if isinstance(item, InvalidRecord):
-                raise SystemExit(f"an invalid record on simulated input: {item}")
-            decoded.append((item.ts_ms, (item, line)))
+        items = decode_message_lines(kind, message.value, f"{kind}/0", offset)
+        decoded: list[tuple[int, HeldLine]] = [
+            (item.ts_ms, (item, line)) for item, line in items if not isinstance(item, InvalidRecord)
+        ]
+        if len(decoded) < len(items):
+            raise SystemExit(f"an invalid record on simulated input: {items}")
         decoded_at = now()
         remaining[kind] -= 1
         merger.add_many(kind, decoded)

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from functools import lru_cache
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from schemas.timeutil import format_ts, parse_iso_ts, parse_ts
 
@@ -26,11 +26,13 @@ __all__ = [
     "RECORD_KIND",
     "XID_DEVICES",
     "EccSample",
+    "EccWireFields",
     "InvalidRecord",
     "JobEvent",
     "JobState",
     "Record",
     "XidEvent",
+    "ecc_samples_of_wire",
     "normalize_pci_bus_id",
 ]
 
@@ -660,6 +662,80 @@ def _ecc_sample(
     twin.__class__ = EccSample
     sample: EccSample = twin
     return sample
+
+
+class EccWireFields(Protocol):
+    """An ECC sample's line as a typed JSON decoder read it (``stream.kafka.codec``): each field of
+    its JSON type (``ts`` an integer or a string, ``gpu`` an integer or None, ``pci_bus_id`` a
+    string or None), every counter a known name (:data:`ECC_COUNTERS`) with a value in
+    ``[0, ECC_PLAIN_COUNT_LIMIT)``."""
+
+    @property
+    def ts(self) -> int | str: ...
+    @property
+    def cluster(self) -> str: ...
+    @property
+    def node(self) -> str: ...
+    @property
+    def gpu(self) -> int | None: ...
+    @property
+    def pci_bus_id(self) -> str | None: ...
+    @property
+    def counters(self) -> dict[str, int]: ...
+
+
+def ecc_samples_of_wire(
+    wires: Sequence[EccWireFields], source_prefix: str, first_number: int
+) -> tuple[list[EccSample | None], int]:
+    """The sample of each line of a message, as :meth:`EccSample.from_fields` would make it from
+    the line's fields (``counters_checked``); None where it would refuse them (the full validator
+    then decides that line, and names the fault). Also returns how many are None.
+
+    A sample's ``source`` is ``source_prefix`` followed by its line's number, counted from
+    ``first_number``. This is ``from_fields``'s check and construction spelt out in one loop over
+    a message's lines: nine records in ten a worker reads are ECC samples, and the three calls a
+    line took cost 0.3 µs of the ~1.4 its decoding took. Each counters mapping becomes its
+    sample's own. ``tests/unit/schemas/test_records_fast.py`` holds the two to the same answers.
+
+    >>> from types import SimpleNamespace as Wire
+    >>> good = Wire(ts=1704067200000, cluster="c", node="n", gpu=0, pci_bus_id=None, counters={})
+    >>> samples, refused = ecc_samples_of_wire([good, Wire(**{**vars(good), "node": " "})], "ecc/0:line ", 1)
+    >>> samples[0].source, samples[1], refused
+    ('ecc/0:line 1', None, 1)
+    """
+    samples: list[EccSample | None] = []
+    append = samples.append
+    refused = 0
+    twin_class = _ECC_TWIN
+    for number, wire in enumerate(wires, first_number):
+        ts, cluster, node, gpu, pci = wire.ts, wire.cluster, wire.node, wire.gpu, wire.pci_bus_id
+        try:
+            ts_ms = ts if isinstance(ts, int) else parse_iso_ts(ts)
+            pci_bus_id = normalize_pci_bus_id(pci) if pci else ""
+        except ValueError:
+            ts_ms = TS_MAX_MS  # refused below
+            pci_bus_id = ""
+        if not (
+            TS_MIN_MS <= ts_ms < TS_MAX_MS
+            and cluster.strip()
+            and node.strip()
+            and (gpu is None or 0 <= gpu <= MAX_UINT16)
+            and (gpu is not None or pci_bus_id)
+        ):
+            append(None)
+            refused += 1
+            continue
+        twin = twin_class()
+        twin.ts_ms = ts_ms
+        twin.cluster = cluster
+        twin.node = node
+        twin.gpu = gpu
+        twin.pci_bus_id = pci_bus_id
+        twin.counters = wire.counters
+        twin.source = f"{source_prefix}{number}"
+        twin.__class__ = EccSample
+        append(twin)
+    return samples, refused
 
 
 def _reduce_ecc_sample(self: EccSample) -> tuple[Any, tuple[Any, ...]]:

@@ -31,6 +31,7 @@ from schemas.records import (
     JobEvent,
     Record,
     XidEvent,
+    ecc_samples_of_wire,
     normalize_pci_bus_id,
 )
 from schemas.timeutil import parse_iso_ts
@@ -66,7 +67,7 @@ _EccCounterName = Literal[tuple(ECC_COUNTERS)]  # type: ignore[valid-type]
 _PlainCount = Annotated[int, msgspec.Meta(ge=0, lt=ECC_PLAIN_COUNT_LIMIT)]
 
 
-class _EccWire(msgspec.Struct):
+class _EccWire(msgspec.Struct, gc=False):
     """An ECC sample's line (``ts`` as integer epoch ms, or ISO-8601): decoded straight
     into typed fields, without the dict a generic JSON decoder builds, its counters checked in C.
     Nine lines in ten of a cluster's stream are ECC samples; this takes their decoding from ~2.9
@@ -262,10 +263,11 @@ def decode_message(
 
 def decode_message_lines(
     kind: str, value: bytes | None, source: str, offset: int, joined_from: int | None = None
-) -> Iterator[tuple[Record | InvalidRecord, bytes]]:
+) -> list[tuple[Record | InvalidRecord, bytes]]:
     """:func:`decode_message`, each record with the line it came from (the worker keeps a held
-    record's line: its checkpoint stores lines, which pickle at a fraction of a record's cost).
-    ``joined_from``: as for :func:`message_lines`.
+    record's line: its checkpoint stores lines, which pickle at a fraction of a record's cost),
+    as a list (the worker takes a message's records at once). ``joined_from``: as for
+    :func:`message_lines`.
 
     >>> xid = b'{"ts": 1704067200000, "cluster": "c", "node": "n1", "xid": 79}'
     >>> [(r.xid, line == xid) for r, line in decode_message_lines("xid", xid, "xid/0", 5)]
@@ -274,13 +276,14 @@ def decode_message_lines(
     if kind == "ecc" and value and b"\n" in value:
         decoded = _decode_ecc_message(value, source, offset, joined_from)
         if decoded is not None:
-            yield from decoded
-            return
+            return decoded
+    decoded = []
     for location, line in message_lines(value, offset, joined_from):
         try:
-            yield decode_record(kind, line, source, location), line
+            decoded.append((decode_record(kind, line, source, location), line))
         except InvalidRecord as error:
-            yield error, line
+            decoded.append((error, line))
+    return decoded
 
 
 def _decode_ecc_message(
@@ -300,19 +303,17 @@ def _decode_ecc_message(
         return None
     if len(wires) != len(lines):
         return None  # blank lines: their numbers count, and the line-by-line path keeps them
-    decoded: list[tuple[Record | InvalidRecord, bytes]] = []
     # A line's location, as message_lines names it: "offset O line i", or a joined line's own offset.
     where, first = (f"offset {offset} line ", 1) if joined_from is None else ("offset ", joined_from)
-    prefix = f"{source}:{where}"
-    for number, (wire, line) in enumerate(zip(wires, lines, strict=True), first):
-        sample = _ecc_sample_of(wire, f"{prefix}{number}")
-        if sample is not None:
-            decoded.append((sample, line))
-            continue
-        try:
-            decoded.append((decode_record("ecc", line, source, f"{where}{number}"), line))
-        except InvalidRecord as error:
-            decoded.append((error, line))
+    samples, refused = ecc_samples_of_wire(wires, f"{source}:{where}", first)
+    decoded: list[tuple[Record | InvalidRecord, bytes]] = list(zip(samples, lines, strict=True))
+    if refused:
+        for index, (sample, line) in enumerate(decoded):
+            if sample is None:
+                try:
+                    decoded[index] = (decode_record("ecc", line, source, f"{where}{first + index}"), line)
+                except InvalidRecord as error:
+                    decoded[index] = (error, line)
     return decoded
 
 

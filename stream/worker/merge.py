@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -218,10 +218,13 @@ class EventTimeMerger(Generic[T]):
         entries.sort()
         return [(source, ts_ms, item) for ts_ms, source, _, item in entries]
 
-    def release(self, ready: Callable[[int, T], bool] | None = None) -> Iterator[T]:
+    def release(
+        self, ready: Callable[[int, T], bool] | None = None, unchecked: Collection[str] = ()
+    ) -> Iterator[T]:
         """Items whose event time is at or before the low watermark, in order; with ``ready``,
         only as long as ``ready(event time, item)`` says the next one may go (the rest stay held,
-        in their order). Nothing is added while the items are being taken (the worker applies
+        in their order), except the items of the sources named in ``unchecked``, which go
+        without asking. Nothing is added while the items are being taken (the worker applies
         them, then adds the next message's)."""
         active, idle = self._progress()
         limit = _END_OF_TIME if active is None else active  # all idle: everything that arrived in time
@@ -253,6 +256,7 @@ class EventTimeMerger(Generic[T]):
                         below = min(below, state.held[state.head][0])
             held = best.held
             head, end = best.head, len(held)
+            ask = None if best.name in unchecked else ready
             while head < end:
                 ts_ms, _, arrived, item = held[head]
                 if ts_ms >= below or ts_ms > up_to:
@@ -261,7 +265,7 @@ class EventTimeMerger(Generic[T]):
                     for newest_ms, drained_at in idle:
                         if newest_ms < ts_ms and arrived > drained_at:
                             return  # past an idle source, known idle only from before it arrived: wait
-                if ready is not None and not ready(ts_ms, item):
+                if ask is not None and not ask(ts_ms, item):
                     return
                 head += 1
                 best.head = head  # before the item goes: the caller may stop here

@@ -13,11 +13,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Final
 
 from detectors.core import DetectionCore, FleetBaselineMissing
 from detectors.fleet import FleetCore, FleetFact, JobPart
 from schemas.outputs import Incident
-from schemas.records import EccSample, Record
+from schemas.records import RECORD_KIND, EccSample, Record
 from schemas.timeutil import DAY_MS
 from stream.kafka.codec import encode_record, redecode_record
 from stream.kafka.fleet import NodeOwner
@@ -41,6 +42,11 @@ _RECORDS_A_MESSAGE_DECAY = 0.98
 
 #: What the event-time merge holds: a decoded record and the line it came from (for the checkpoint).
 HeldLine = tuple[Record, bytes]
+
+
+#: Sources whose records the merge releases without asking :meth:`PartitionWorker._ready`: ECC
+#: samples, whose readiness their processing tells (a call a record saved, ~0.1 µs of ~3.5).
+_GO_UNASKED: Final = frozenset({RECORD_KIND[EccSample]})
 
 
 @dataclass(slots=True)
@@ -210,9 +216,12 @@ class PartitionWorker:
         late = 0
         where = f"partition {self.partition}"
         apply = self.pipeline.apply
-        released = self.merger.release(self._ready)
+        released_any = False
+        # Set again by _ready or by a sample's missing reference, if the next record must wait.
+        self.waiting_for_fleet = False
+        released = self.merger.release(self._ready, _GO_UNASKED)
         for record, _ in released:
-            self.changed = True
+            released_any = True
             try:
                 if apply(record, where) is not None:
                     late += 1
@@ -223,6 +232,8 @@ class PartitionWorker:
                 self.merger.hold_back()
                 self.waiting_for_fleet = True
                 break
+        if released_any:
+            self.changed = True
         emitted = self.pipeline.drain()
         for incident in emitted.incidents:
             self.incidents[incident.incident_id] = incident
@@ -236,13 +247,13 @@ class PartitionWorker:
     def _ready(self, ts_ms: int, held: HeldLine) -> bool:
         """Whether the record the merge would release next can go to the core: the core's
         watermark moves to it first (so its horizon does, for the fleet stage), then it waits,
-        if it must, for the storm baseline of its period. An ECC sample (nine records in ten) is
-        not asked about: asking whether it needs the fleet's ECC reference repeats the lookups its
-        processing does, which raises instead when it does (:meth:`process_released`); nor is
-        the watermark moved for it here: processing moves it first, raise or not."""
+        if it must, for the storm baseline of its period. ECC samples (nine records in ten) are
+        not asked about (:data:`_GO_UNASKED`): asking whether one needs the fleet's ECC reference
+        repeats the lookups its processing does, which raises instead when it does
+        (:meth:`process_released`); nor is the watermark moved for it here: processing moves it
+        first, raise or not."""
         record = held[0]
-        if type(record) is EccSample:
-            self.waiting_for_fleet = False
+        if type(record) is EccSample:  # a merge whose ECC source is named otherwise
             return True
         core = self.core
         core.advance(ts_ms)

@@ -220,12 +220,14 @@ class WorkerRuntime:
                 self.metrics.rekey_repeats.inc(fresh)
                 value = b"\n" * fresh + value.split(b"\n", fresh)[fresh]
         source = f"{topic}/{message.partition}"
-        decoded: list[tuple[int, HeldLine]] = []
-        for item, line in decode_message_lines(kind, value, source, message.offset, first):
-            if isinstance(item, InvalidRecord):
-                await self._dead_letter(item, kind, topic, state.pipeline.reject)
-            else:
-                decoded.append((item.ts_ms, (item, line)))
+        items = decode_message_lines(kind, value, source, message.offset, first)
+        decoded: list[tuple[int, HeldLine]] = [
+            (item.ts_ms, (item, line)) for item, line in items if not isinstance(item, InvalidRecord)
+        ]
+        if len(decoded) < len(items):
+            for item, _line in items:
+                if isinstance(item, InvalidRecord):
+                    await self._dead_letter(item, kind, topic, state.pipeline.reject)
         state.merger.add_many(kind, decoded)
         good = len(decoded)
         if good:

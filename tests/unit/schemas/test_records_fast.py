@@ -6,12 +6,22 @@ import json
 import pickle
 import random
 from pathlib import Path
+from types import SimpleNamespace
 
 import jsonschema
 import orjson
 import pytest
 
-from schemas.records import EccSample, InvalidRecord, JobEvent, JobState, XidEvent, normalize_pci_bus_id
+from schemas.records import (
+    EccSample,
+    InvalidRecord,
+    JobEvent,
+    JobState,
+    XidEvent,
+    ecc_samples_of_wire,
+    normalize_pci_bus_id,
+)
+from schemas.timeutil import parse_iso_ts
 
 SCHEMAS = Path(__file__).resolve().parents[3] / "schemas" / "jsonschema"
 
@@ -254,3 +264,42 @@ def test_fast_path_and_reference_agree_on_mutated_documents(record_type):
         assert fast == _outcome(record_type._from_dict_checked, document), document
         outcomes.add(fast[0])
     assert outcomes == {"accepted", "rejected"}
+
+
+def test_a_message_of_typed_ecc_fields_gives_what_from_fields_gives_each():
+    """ecc_samples_of_wire spells out from_fields (counters checked) for a message's lines: the
+    same sample, or None, for every line; sources numbered from the first line."""
+    rng = random.Random(20261206)
+    choices = {
+        "ts": [1705314225000, "2024-01-15T10:23:45.5+01:00", "2024-02-30T00:00:00Z", "x", 946_684_799_999,
+               946_684_800_000, 4_102_444_800_000, 4_102_444_799_999],
+        "cluster": ["c", "", " ", "\t"],
+        "node": ["n1", "", " "],
+        "gpu": [None, 0, 7, 65535, 65536, -1],
+        "pci_bus_id": [None, "", "00000000:07:00.0", "PCI:0000:3B:00", "nonsense"],
+    }  # fmt: skip
+    outcomes = set()
+    for message in range(300):
+        wires = [
+            SimpleNamespace(**{k: rng.choice(v) for k, v in choices.items()}, counters={"sbe_volatile": n})
+            for n in range(rng.randrange(1, 9))
+        ]
+        first = rng.randrange(1, 5)
+        samples, refused = ecc_samples_of_wire(wires, f"ecc/0:offset {message} line ", first)
+        expected = []
+        for number, wire in enumerate(wires, first):
+            try:
+                ts_ms = wire.ts if isinstance(wire.ts, int) else parse_iso_ts(wire.ts)
+                pci = "" if not wire.pci_bus_id else normalize_pci_bus_id(wire.pci_bus_id)
+            except ValueError:
+                expected.append(None)
+                continue
+            expected.append(
+                EccSample.from_fields(ts_ms, wire.cluster, wire.node, wire.gpu, pci, dict(wire.counters),
+                                      f"ecc/0:offset {message} line {number}", counters_checked=True)
+            )  # fmt: skip
+        assert samples == expected, wires
+        assert refused == expected.count(None)
+        outcomes.update("refused" if sample is None else "accepted" for sample in samples)
+        assert all(type(sample) is EccSample for sample in samples if sample is not None)
+    assert outcomes == {"accepted", "refused"}

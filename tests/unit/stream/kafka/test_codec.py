@@ -219,8 +219,10 @@ def test_a_message_of_ecc_lines_decodes_as_its_lines_one_by_one() -> None:
         expected = _comparable(_line_by_line("ecc", value, offset))
         batched = codec._decode_ecc_message(value, "ecc/0", offset, None) if b"\n" in value else None
         paths.add("batched" if batched is not None else "line by line")
+        if batched is not None and any(isinstance(item, InvalidRecord) for item, _ in batched):
+            paths.add("batched, a line refused by the sample's checks")
         assert _comparable(list(decode_message_lines("ecc", value, "ecc/0", offset))) == expected, value
-    assert paths == {"batched", "line by line"}
+    assert paths == {"batched", "batched, a line refused by the sample's checks", "line by line"}
 
 
 @pytest.mark.parametrize("kind", ["ecc", "job"])

@@ -199,3 +199,22 @@ def test_long_runs_of_one_source_release_as_one_heap_would(seed: int) -> None:
         assert released == expected
     assert len(released) > 3 * 4096  # past several compactions of the ECC list
     assert merger.held() == reference.held()
+
+
+def test_items_of_unchecked_sources_go_without_asking_ready_in_the_same_order() -> None:
+    """``release(ready, unchecked)``: the named sources' items are not asked about (the worker's
+    ECC samples), the others are, and a refusal still stops the release where it is."""
+    merger: EventTimeMerger[str] = EventTimeMerger(["ecc", "xid"])
+    merger.add_many("ecc", [(t, f"ecc{t}") for t in (1, 2, 5, 6)])
+    merger.add_many("xid", [(t, f"xid{t}") for t in (3, 4)])
+    merger.add_many("ecc", [(10, "ecc10")])
+    merger.add_many("xid", [(10, "xid10")])
+    asked: list[str] = []
+
+    def ready(ts_ms: int, item: str) -> bool:
+        asked.append(item)
+        return item != "xid4"
+
+    assert list(merger.release(ready, unchecked={"ecc"})) == ["ecc1", "ecc2", "xid3"]
+    assert asked == ["xid3", "xid4"]
+    assert list(merger.release(None, unchecked={"ecc"})) == ["xid4", "ecc5", "ecc6", "ecc10", "xid10"]
