@@ -164,7 +164,16 @@ def build_app(
     )
     # The input topics (not the jobs-by-node copies, whose headers the worker reads).
     joined = frozenset({settings.topic_xid, settings.topic_ecc, settings.topic_jobs})
-    install_fair_share(app, settings.worker_poll_bytes, joined, settings.worker_join_records)
+    # The topics the agent applies message by message (the jobs topic is re-keyed line by line).
+    batched = frozenset({settings.topic_xid, settings.topic_ecc})
+    install_fair_share(
+        app,
+        settings.worker_poll_bytes,
+        joined,
+        settings.worker_join_records,
+        batched,
+        settings.worker_join_messages,
+    )
     kinds = {settings.topic_xid: "xid", settings.topic_ecc: "ecc", settings.topic_jobs_by_node: "job"}
     # acks=False: Faust neither tracks nor commits these offsets; the commit points do.
     jobs = app.topic(settings.topic_jobs, acks=False, **_RAW)

@@ -9,6 +9,13 @@ partition whose values are one line each into one :class:`JoinedRecord`: the val
 whole run at once) and its first offset kept, so that each line is located at its own offset
 (``offset O``, in dead letters and in the sources of records) exactly as had it come alone.
 
+Messages of several lines (a publisher's batches, ``replay --to``'s 256 records) cost Faust the same
+~150 µs each and the worker its per-message checks (~70 µs), ~1 µs a record: in the input topics
+the worker applies (not the jobs topic, which it re-keys line by line), each run of consecutive such
+messages is handed on as one :class:`BatchedRecord` of up to ``batch_most`` messages, each message
+kept whole with its offset (``parts``), so that its lines are located ``offset O line i`` as before
+and the worker decodes and releases them message by message.
+
 Nothing waits to be joined: a run is made of records already fetched and handed on in the same
 poll, so no record is later than it would have been. A value that holds a newline (a batch of its
 producer's own), a tombstone, or a gap in the offsets ends a run; keys and headers are dropped (the
@@ -31,7 +38,17 @@ from typing import Any
 from faust.types import TP
 from faust.types.tuples import Message
 
-__all__ = ["JoinedMessage", "JoinedRecord", "join_one_line_runs", "joined_from", "skip_applied_lines"]
+__all__ = [
+    "BatchedMessage",
+    "BatchedRecord",
+    "JoinedMessage",
+    "JoinedRecord",
+    "batched_parts",
+    "join_one_line_runs",
+    "joined_from",
+    "skip_applied_lines",
+    "skip_applied_parts",
+]
 
 
 @dataclass(slots=True)
@@ -53,6 +70,26 @@ class JoinedRecord:
     first_offset: int
 
 
+@dataclass(slots=True)
+class BatchedRecord:
+    """Consecutive messages of several lines each of a partition as one: an aiokafka
+    ``ConsumerRecord``'s fields (those of the run's last record, sizes summed, no value) and
+    ``parts``, each message's ``(offset, value)`` in order."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int | None
+    timestamp_type: int
+    key: bytes | None
+    value: bytes
+    checksum: int | None
+    serialized_key_size: int
+    serialized_value_size: int
+    headers: tuple[tuple[str, bytes], ...]
+    parts: tuple[tuple[int, bytes], ...]
+
+
 class JoinedMessage(Message):
     """Faust's message of a :class:`JoinedRecord`: ``offset`` is the last, ``first_offset`` the
     first of the offsets its lines came at (line ``i`` from 0: ``first_offset + i``)."""
@@ -62,6 +99,22 @@ class JoinedMessage(Message):
     def __init__(self, *args: Any, first_offset: int, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.first_offset = first_offset
+
+
+class BatchedMessage(Message):
+    """Faust's message of a :class:`BatchedRecord`: ``offset`` is its last message's, ``parts`` each
+    message's ``(offset, value)``."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, *args: Any, parts: tuple[tuple[int, bytes], ...], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parts = parts
+
+
+def batched_parts(message: Any) -> tuple[tuple[int, bytes], ...] | None:
+    """The ``(offset, value)`` of each message of a batched one; None for any other message."""
+    return message.parts if type(message) is BatchedMessage else None
 
 
 def joined_from(message: Any) -> int | None:
@@ -90,32 +143,81 @@ def to_message(tp: TP, record: JoinedRecord, generation_id: int) -> JoinedMessag
     )
 
 
-def join_one_line_runs(records: list[Any], most: int) -> list[Any]:
+def batched_message(tp: TP, record: BatchedRecord, generation_id: int) -> BatchedMessage:
+    """Faust's message of a batched record (as :func:`to_message`, with ``parts``)."""
+    return BatchedMessage(
+        record.topic,
+        record.partition,
+        record.offset,
+        record.timestamp / 1000.0 if record.timestamp is not None else None,
+        record.timestamp_type,
+        record.headers,
+        record.key,
+        record.value,
+        record.checksum,
+        record.serialized_key_size,
+        record.serialized_value_size,
+        tp,
+        generation_id=generation_id,
+        parts=record.parts,
+    )
+
+
+def join_one_line_runs(records: list[Any], most: int, batch_most: int = 0) -> list[Any]:
     """``records`` (one partition's, in offset order) with each run of consecutive one-line records
-    joined into a :class:`JoinedRecord` of at most ``most`` lines; a run of one is left as it was."""
+    joined into a :class:`JoinedRecord` of at most ``most`` lines, and with ``batch_most`` > 1 each
+    run of consecutive records of several lines into a :class:`BatchedRecord` of at most that many;
+    a run of one is left as it was."""
     joined: list[Any] = []
     run: list[Any] = []
+    run_of_lines = False  # the run's records hold several lines each
     for record in records:
         value = record.value
-        if value is not None and b"\n" not in value:
-            if run and (record.offset != run[-1].offset + 1 or len(run) >= most):
-                joined.append(_joined(run))
+        if value is None:
+            several = None  # a tombstone: as it came
+        else:
+            several = b"\n" in value
+            if several and batch_most <= 1:
+                several = None
+        if several is not None:
+            if run and (
+                several is not run_of_lines
+                or record.offset != run[-1].offset + 1
+                or len(run) >= (batch_most if several else most)
+            ):
+                joined.append(_joined(run, run_of_lines))
                 run = []
+            run_of_lines = several
             run.append(record)
             continue
         if run:
-            joined.append(_joined(run))
+            joined.append(_joined(run, run_of_lines))
             run = []
         joined.append(record)
     if run:
-        joined.append(_joined(run))
+        joined.append(_joined(run, run_of_lines))
     return joined
 
 
-def _joined(run: list[Any]) -> Any:
+def _joined(run: list[Any], of_lines: bool) -> Any:
     if len(run) == 1:
         return run[0]
     last = run[-1]
+    if of_lines:
+        return BatchedRecord(
+            topic=last.topic,
+            partition=last.partition,
+            offset=last.offset,
+            timestamp=last.timestamp,
+            timestamp_type=last.timestamp_type,
+            key=None,
+            value=b"",
+            checksum=None,
+            serialized_key_size=0,
+            serialized_value_size=sum(record.serialized_value_size for record in run),
+            headers=(),
+            parts=tuple((record.offset, record.value) for record in run),
+        )
     return JoinedRecord(
         topic=last.topic,
         partition=last.partition,
@@ -142,3 +244,15 @@ def skip_applied_lines(value: bytes, first_offset: int, next_offset: int) -> tup
     """
     skipped = next_offset - first_offset
     return value.split(b"\n", skipped)[skipped], next_offset
+
+
+def skip_applied_parts(
+    parts: tuple[tuple[int, bytes], ...], next_offset: int
+) -> tuple[tuple[int, bytes], ...]:
+    """A batched message's parts without those before ``next_offset`` (applied already, as for
+    :func:`skip_applied_lines`).
+
+    >>> skip_applied_parts(((10, b"a\\nb"), (11, b"c\\nd"), (12, b"e\\nf")), 11)
+    ((11, b'c\\nd'), (12, b'e\\nf'))
+    """
+    return tuple(part for part in parts if part[0] >= next_offset)

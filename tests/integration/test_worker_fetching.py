@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from stream.worker.fetching import FairPoll
+from stream.worker.joining import BatchedRecord
 from tests.services import kafka
 
 pytestmark = pytest.mark.integration
@@ -38,12 +39,17 @@ def topic(bootstrap: str) -> Iterator[str]:
     kafka.delete_topic(name, bootstrap=bootstrap)
 
 
-async def _publish(bootstrap: str, topic: str) -> None:
+def _two_lines(partition: int, n: int) -> bytes:
+    """A value of two lines (a publisher's batch), as long as :func:`_value`'s."""
+    return f"{partition}:{n}\n".encode().ljust(VALUE_BYTES, b".")
+
+
+async def _publish(bootstrap: str, topic: str, value: Callable[[int, int], bytes] = _value) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
     await producer.start()
     try:
         sends = [
-            await producer.send(topic, value=_value(partition, n), partition=partition)
+            await producer.send(topic, value=value(partition, n), partition=partition)
             for partition, size in SIZES.items()
             for n in range(size)
         ]
@@ -52,12 +58,27 @@ async def _publish(bootstrap: str, topic: str) -> None:
         await producer.stop()
 
 
+def _values(record: object) -> list[bytes]:
+    """The broker's message values a handed-on record holds (a batched one: its parts')."""
+    if isinstance(record, BatchedRecord):
+        return [value for _, value in record.parts]
+    return [record.value]  # type: ignore[attr-defined]
+
+
 async def _polls(
-    bootstrap: str, topic: str, budget_bytes: int, seek_after_first: int | None = None
+    bootstrap: str,
+    topic: str,
+    budget_bytes: int,
+    seek_after_first: int | None = None,
+    value: Callable[[int, int], bytes] = _value,
+    handed: list[object] | None = None,
+    **joining: object,
 ) -> list[dict[int, list[bytes]]]:
     """Every poll (partition -> values) until all of the topic is handed on, once all its
     partitions' first fetches are in (so that every poll has all of them to share out);
-    ``seek_after_first``: partition 0 is sought back to this offset after the first poll."""
+    ``seek_after_first``: partition 0 is sought back to this offset after the first poll;
+    ``joining``: the poll's join and batch arguments, and each record it hands on is appended to
+    ``handed``."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     await consumer.start()
     try:
@@ -71,15 +92,20 @@ async def _polls(
             await asyncio.sleep(0.05)
         assert len(fetcher._records) == len(SIZES), "the partitions' first fetches did not all arrive"
         polls: list[dict[int, list[bytes]]] = []
-        poll = FairPoll(budget_bytes)
-        last = {partition: _value(partition, size - 1) for partition, size in SIZES.items()}
+        poll = FairPoll(budget_bytes, **joining)  # type: ignore[arg-type]
+        last = {partition: value(partition, size - 1) for partition, size in SIZES.items()}
         reached: set[int] = set()
         while reached != set(SIZES):
             assert len(polls) < 10 * sum(SIZES.values()), "the polls stopped handing records on"
             drained = await poll(fetcher, set(), 2.0)
             polls.append(
-                {tp.partition: [record.value for record in records] for tp, records in drained.items()}
+                {
+                    tp.partition: [v for record in records for v in _values(record)]
+                    for tp, records in drained.items()
+                }
             )
+            if handed is not None:
+                handed.extend(record for records in drained.values() for record in records)
             reached |= {partition for partition, values in polls[-1].items() if values[-1] == last[partition]}
             if len(polls) == 1 and seek_after_first is not None:
                 consumer.seek(tps[0], seek_after_first)
@@ -129,4 +155,27 @@ def test_after_a_seek_the_poll_hands_on_from_there_and_nothing_it_held(bootstrap
     for partition in (1, 2):
         assert [value for poll in polls for value in poll.get(partition, [])] == [
             _value(partition, n) for n in range(SIZES[partition])
+        ]
+
+
+def test_messages_of_several_lines_are_handed_on_in_batches_each_message_whole_once_in_order(
+    bootstrap, topic
+):
+    asyncio.run(_publish(bootstrap, topic, _two_lines))
+    budget = 60  # messages
+    handed: list[object] = []
+    polls = asyncio.run(
+        _polls(bootstrap, topic, budget * VALUE_BYTES, value=_two_lines, handed=handed,
+               join_topics={topic}, join_most=256, batch_topics={topic}, batch_most=8)
+    )  # fmt: skip
+    batches = [record for record in handed if isinstance(record, BatchedRecord)]
+    assert batches and all(2 <= len(batch.parts) <= 8 for batch in batches)
+    assert sum(len(batch.parts) for batch in batches) > 0.9 * sum(SIZES.values())
+    for batch in batches:
+        assert [offset for offset, _ in batch.parts] == list(
+            range(batch.offset - len(batch.parts) + 1, batch.offset + 1)
+        )
+    for partition, size in SIZES.items():
+        assert [v for poll in polls for v in poll.get(partition, [])] == [
+            _two_lines(partition, n) for n in range(size)
         ]
