@@ -52,9 +52,9 @@ __all__ = [
 
 
 @dataclass(slots=True)
-class JoinedRecord:
-    """Consecutive one-line records of a partition as one: an aiokafka ``ConsumerRecord``'s fields
-    (those of the run's last record, its values joined, sizes summed) and ``first_offset``."""
+class _RunRecord:
+    """An aiokafka ``ConsumerRecord``'s fields, for a run of consecutive records of a partition
+    handed on as one: those of the run's last record, its key and headers dropped, sizes summed."""
 
     topic: str
     partition: int
@@ -67,26 +67,21 @@ class JoinedRecord:
     serialized_key_size: int
     serialized_value_size: int
     headers: tuple[tuple[str, bytes], ...]
+
+
+@dataclass(slots=True)
+class JoinedRecord(_RunRecord):
+    """Consecutive one-line records of a partition as one: their values joined, and
+    ``first_offset``."""
+
     first_offset: int
 
 
 @dataclass(slots=True)
-class BatchedRecord:
-    """Consecutive messages of several lines each of a partition as one: an aiokafka
-    ``ConsumerRecord``'s fields (those of the run's last record, sizes summed, no value) and
+class BatchedRecord(_RunRecord):
+    """Consecutive messages of several lines each of a partition as one: no value of its own, and
     ``parts``, each message's ``(offset, value)`` in order."""
 
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int | None
-    timestamp_type: int
-    key: bytes | None
-    value: bytes
-    checksum: int | None
-    serialized_key_size: int
-    serialized_value_size: int
-    headers: tuple[tuple[str, bytes], ...]
     parts: tuple[tuple[int, bytes], ...]
 
 
@@ -122,10 +117,10 @@ def joined_from(message: Any) -> int | None:
     return message.first_offset if type(message) is JoinedMessage else None
 
 
-def to_message(tp: TP, record: JoinedRecord, generation_id: int) -> JoinedMessage:
-    """Faust's message of a joined record (what its aiokafka driver makes of a record, plus
-    ``first_offset``)."""
-    return JoinedMessage(
+def _message_args(tp: TP, record: _RunRecord) -> tuple[Any, ...]:
+    """The positional arguments of Faust's ``Message`` for a run's record (what its aiokafka
+    driver makes of a record)."""
+    return (
         record.topic,
         record.partition,
         record.offset,
@@ -138,29 +133,19 @@ def to_message(tp: TP, record: JoinedRecord, generation_id: int) -> JoinedMessag
         record.serialized_key_size,
         record.serialized_value_size,
         tp,
-        generation_id=generation_id,
-        first_offset=record.first_offset,
+    )
+
+
+def to_message(tp: TP, record: JoinedRecord, generation_id: int) -> JoinedMessage:
+    """Faust's message of a joined record, with ``first_offset``."""
+    return JoinedMessage(
+        *_message_args(tp, record), generation_id=generation_id, first_offset=record.first_offset
     )
 
 
 def batched_message(tp: TP, record: BatchedRecord, generation_id: int) -> BatchedMessage:
-    """Faust's message of a batched record (as :func:`to_message`, with ``parts``)."""
-    return BatchedMessage(
-        record.topic,
-        record.partition,
-        record.offset,
-        record.timestamp / 1000.0 if record.timestamp is not None else None,
-        record.timestamp_type,
-        record.headers,
-        record.key,
-        record.value,
-        record.checksum,
-        record.serialized_key_size,
-        record.serialized_value_size,
-        tp,
-        generation_id=generation_id,
-        parts=record.parts,
-    )
+    """Faust's message of a batched record, with ``parts``."""
+    return BatchedMessage(*_message_args(tp, record), generation_id=generation_id, parts=record.parts)
 
 
 def join_one_line_runs(records: list[Any], most: int, batch_most: int = 0) -> list[Any]:
@@ -203,34 +188,24 @@ def _joined(run: list[Any], of_lines: bool) -> Any:
     if len(run) == 1:
         return run[0]
     last = run[-1]
+    fields = {
+        "topic": last.topic,
+        "partition": last.partition,
+        "offset": last.offset,
+        "timestamp": last.timestamp,
+        "timestamp_type": last.timestamp_type,
+        "key": None,
+        "checksum": None,
+        "serialized_key_size": 0,
+        "serialized_value_size": sum(record.serialized_value_size for record in run),
+        "headers": (),
+    }
     if of_lines:
         return BatchedRecord(
-            topic=last.topic,
-            partition=last.partition,
-            offset=last.offset,
-            timestamp=last.timestamp,
-            timestamp_type=last.timestamp_type,
-            key=None,
-            value=b"",
-            checksum=None,
-            serialized_key_size=0,
-            serialized_value_size=sum(record.serialized_value_size for record in run),
-            headers=(),
-            parts=tuple((record.offset, record.value) for record in run),
+            **fields, value=b"", parts=tuple((record.offset, record.value) for record in run)
         )
     return JoinedRecord(
-        topic=last.topic,
-        partition=last.partition,
-        offset=last.offset,
-        timestamp=last.timestamp,
-        timestamp_type=last.timestamp_type,
-        key=None,
-        value=b"\n".join([record.value for record in run]),
-        checksum=None,
-        serialized_key_size=0,
-        serialized_value_size=sum(record.serialized_value_size for record in run),
-        headers=(),
-        first_offset=run[0].offset,
+        **fields, value=b"\n".join([record.value for record in run]), first_offset=run[0].offset
     )
 
 
