@@ -50,6 +50,7 @@ from stream.sinks.clickhouse import ClickHouseSink, FlushStats
 from stream.sinks.dead_letters import DeadLetterLimitExceeded
 from stream.sinks.store import connect
 from stream.worker.fetching import install as install_fair_share
+from stream.worker.joining import RunJoining
 from stream.worker.metrics import WorkerMetrics
 from stream.worker.runtime import WorkerRuntime, WorkerStalled, WorkerTopics
 
@@ -162,18 +163,15 @@ def build_app(
         datadir=str(datadir),
         TableManager=_TablelessManager,
     )
-    # The input topics (not the jobs-by-node copies, whose headers the worker reads).
-    joined = frozenset({settings.topic_xid, settings.topic_ecc, settings.topic_jobs})
-    # The topics the agent applies message by message (the jobs topic is re-keyed line by line).
-    batched = frozenset({settings.topic_xid, settings.topic_ecc})
-    install_fair_share(
-        app,
-        settings.worker_poll_bytes,
-        joined,
-        settings.worker_join_records,
-        batched,
-        settings.worker_join_messages,
+    joining = RunJoining(
+        # The input topics (not the jobs-by-node copies, whose headers the worker reads).
+        topics=frozenset({settings.topic_xid, settings.topic_ecc, settings.topic_jobs}),
+        most=settings.worker_join_records,
+        # The topics the agent applies message by message (the jobs topic is re-keyed line by line).
+        batch_topics=frozenset({settings.topic_xid, settings.topic_ecc}),
+        batch_most=settings.worker_join_messages,
     )
+    install_fair_share(app, settings.worker_poll_bytes, joining)
     kinds = {settings.topic_xid: "xid", settings.topic_ecc: "ecc", settings.topic_jobs_by_node: "job"}
     # acks=False: Faust neither tracks nor commits these offsets; the commit points do.
     jobs = app.topic(settings.topic_jobs, acks=False, **_RAW)

@@ -37,7 +37,7 @@ from aiokafka.errors import ConsumerStoppedError
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
-from stream.worker.joining import BatchedRecord, JoinedRecord, batched_message, join_one_line_runs
+from stream.worker.joining import NO_JOINING, BatchedRecord, JoinedRecord, RunJoining, batched_message
 from stream.worker.joining import to_message as joined_message
 
 __all__ = ["FairPoll", "FairShareTransport", "install"]
@@ -57,24 +57,12 @@ class _Waiting:
 
 
 class FairPoll:
-    """The polls of one aiokafka consumer, in fair shares of about ``budget`` bytes; in the
-    ``join_topics``, the one-line messages of a share joined by runs of up to ``join_most``, and
-    in ``batch_topics`` (some of them) its messages of several lines by runs of up to
-    ``batch_most`` messages (:mod:`stream.worker.joining`; 0 or 1: never)."""
+    """The polls of one aiokafka consumer, in fair shares of about ``budget`` bytes, each share's
+    runs of records joined as ``joining`` says (:mod:`stream.worker.joining`)."""
 
-    def __init__(
-        self,
-        budget: int,
-        join_topics: Set[str] = frozenset(),
-        join_most: int = 0,
-        batch_topics: Set[str] = frozenset(),
-        batch_most: int = 0,
-    ) -> None:
+    def __init__(self, budget: int, joining: RunJoining = NO_JOINING) -> None:
         self.budget = budget
-        self.join_topics = join_topics if join_most > 1 or batch_most > 1 else frozenset()
-        self.join_most = join_most
-        self.batch_topics = batch_topics if batch_most > 1 else frozenset()
-        self.batch_most = batch_most
+        self.joining = joining
         self.waiting: dict[Any, _Waiting] = {}
 
     async def __call__(
@@ -133,10 +121,7 @@ class FairPoll:
                 record = records.popleft()
                 taken.append(record)
                 size += _size(record)
-            if tp.topic in self.join_topics:
-                batch_most = self.batch_most if tp.topic in self.batch_topics else 0
-                taken = join_one_line_runs(taken, self.join_most, batch_most)
-            polled[tp] = taken
+            polled[tp] = self.joining.runs(tp.topic, taken)
             if not records:
                 del self.waiting[tp]
         return polled
@@ -148,13 +133,7 @@ class FairShareConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     def __post_init__(self) -> None:
         super().__post_init__()
         transport = self.consumer.transport
-        self.fair_poll = FairPoll(
-            transport.poll_bytes,
-            transport.join_topics,
-            transport.join_most,
-            transport.batch_topics,
-            transport.batch_most,
-        )
+        self.fair_poll = FairPoll(transport.poll_bytes, transport.joining)
 
     async def _fetch_records(
         self,
@@ -188,42 +167,13 @@ class FairShareConsumer(faust_aiokafka.Consumer):
 class FairShareTransport(faust_aiokafka.Transport):
     Consumer = FairShareConsumer
 
-    def __init__(
-        self,
-        url: Any,
-        app: faust.App,
-        *,
-        poll_bytes: int,
-        join_topics: Set[str],
-        join_most: int,
-        batch_topics: Set[str],
-        batch_most: int,
-    ) -> None:
+    def __init__(self, url: Any, app: faust.App, *, poll_bytes: int, joining: RunJoining) -> None:
         super().__init__(url, app)
         self.poll_bytes = poll_bytes
-        self.join_topics = join_topics
-        self.join_most = join_most
-        self.batch_topics = batch_topics
-        self.batch_most = batch_most
+        self.joining = joining
 
 
-def install(
-    app: faust.App,
-    poll_bytes: int,
-    join_topics: Set[str] = frozenset(),
-    join_most: int = 0,
-    batch_topics: Set[str] = frozenset(),
-    batch_most: int = 0,
-) -> None:
-    """Make ``app``'s consumer hand on about ``poll_bytes`` a poll, in fair shares, the one-line
-    messages of ``join_topics`` joined by runs of up to ``join_most``, the messages of several
-    lines of ``batch_topics`` by runs of up to ``batch_most`` messages."""
-    app.transport = FairShareTransport(
-        app.conf.broker_consumer,
-        app,
-        poll_bytes=poll_bytes,
-        join_topics=join_topics,
-        join_most=join_most,
-        batch_topics=batch_topics,
-        batch_most=batch_most,
-    )
+def install(app: faust.App, poll_bytes: int, joining: RunJoining = NO_JOINING) -> None:
+    """Make ``app``'s consumer hand on about ``poll_bytes`` a poll, in fair shares, its runs of
+    records joined as ``joining`` says."""
+    app.transport = FairShareTransport(app.conf.broker_consumer, app, poll_bytes=poll_bytes, joining=joining)

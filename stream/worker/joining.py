@@ -39,10 +39,12 @@ from faust.types import TP
 from faust.types.tuples import Message
 
 __all__ = [
+    "NO_JOINING",
     "BatchedMessage",
     "BatchedRecord",
     "JoinedMessage",
     "JoinedRecord",
+    "RunJoining",
     "batched_parts",
     "join_one_line_runs",
     "joined_from",
@@ -146,6 +148,28 @@ def to_message(tp: TP, record: JoinedRecord, generation_id: int) -> JoinedMessag
 def batched_message(tp: TP, record: BatchedRecord, generation_id: int) -> BatchedMessage:
     """Faust's message of a batched record, with ``parts``."""
     return BatchedMessage(*_message_args(tp, record), generation_id=generation_id, parts=record.parts)
+
+
+@dataclass(frozen=True, slots=True)
+class RunJoining:
+    """What the worker's fetch joins: in ``topics``, runs of one-line records by up to ``most``
+    lines, and in ``batch_topics`` (some of them) runs of records of several lines by up to
+    ``batch_most`` messages (0 or 1: never)."""
+
+    topics: frozenset[str] = frozenset()
+    most: int = 0
+    batch_topics: frozenset[str] = frozenset()
+    batch_most: int = 0
+
+    def runs(self, topic: str, records: list[Any]) -> list[Any]:
+        """``records`` (one partition of ``topic``, in offset order) with its runs joined."""
+        if topic not in self.topics or (self.most <= 1 and self.batch_most <= 1):
+            return records
+        return join_one_line_runs(records, self.most, self.batch_most if topic in self.batch_topics else 0)
+
+
+#: Nothing joined: every record is handed on as it was fetched.
+NO_JOINING = RunJoining()
 
 
 def join_one_line_runs(records: list[Any], most: int, batch_most: int = 0) -> list[Any]:

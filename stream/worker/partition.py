@@ -253,8 +253,6 @@ class PartitionWorker:
         (:meth:`process_released`); nor is the watermark moved for it here: processing moves it
         first, raise or not."""
         record = held[0]
-        if type(record) is EccSample:  # a merge whose ECC source is named otherwise
-            return True
         core = self.core
         core.advance(ts_ms)
         ready = core.ready_for(record)

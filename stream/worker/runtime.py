@@ -607,12 +607,10 @@ class WorkerRuntime:
         try:
             found = await self._fleet_reader.read(state.fleet_offset)
             deadline = time.monotonic() + _HAND_OVER_READ_SECONDS
-            while (found[-1][0] + 1 if found else state.fleet_offset) < until:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                after = found[-1][0] + 1 if found else state.fleet_offset
+            after = found[-1][0] + 1 if found else state.fleet_offset
+            while after < until and (left := deadline - time.monotonic()) > 0:
                 found.extend(await self._fleet_reader.read(after, timeout_ms=max(int(left * 1000), 1)))
+                after = found[-1][0] + 1 if found else state.fleet_offset
         except (AssertionError, KafkaError) as exc:
             _log.info("fleet topic not read: %r", exc)
             return

@@ -16,7 +16,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from stream.worker.fetching import FairPoll
-from stream.worker.joining import BatchedRecord
+from stream.worker.joining import NO_JOINING, BatchedRecord, RunJoining
 from tests.services import kafka
 
 pytestmark = pytest.mark.integration
@@ -72,13 +72,12 @@ async def _polls(
     seek_after_first: int | None = None,
     value: Callable[[int, int], bytes] = _value,
     handed: list[object] | None = None,
-    **joining: object,
+    joining: RunJoining = NO_JOINING,
 ) -> list[dict[int, list[bytes]]]:
     """Every poll (partition -> values) until all of the topic is handed on, once all its
     partitions' first fetches are in (so that every poll has all of them to share out);
     ``seek_after_first``: partition 0 is sought back to this offset after the first poll;
-    ``joining``: the poll's join and batch arguments, and each record it hands on is appended to
-    ``handed``."""
+    ``joining``: what the poll joins, and each record it hands on is appended to ``handed``."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     await consumer.start()
     try:
@@ -92,7 +91,7 @@ async def _polls(
             await asyncio.sleep(0.05)
         assert len(fetcher._records) == len(SIZES), "the partitions' first fetches did not all arrive"
         polls: list[dict[int, list[bytes]]] = []
-        poll = FairPoll(budget_bytes, **joining)  # type: ignore[arg-type]
+        poll = FairPoll(budget_bytes, joining)
         last = {partition: value(partition, size - 1) for partition, size in SIZES.items()}
         reached: set[int] = set()
         while reached != set(SIZES):
@@ -166,7 +165,7 @@ def test_messages_of_several_lines_are_handed_on_in_batches_each_message_whole_o
     handed: list[object] = []
     polls = asyncio.run(
         _polls(bootstrap, topic, budget * VALUE_BYTES, value=_two_lines, handed=handed,
-               join_topics={topic}, join_most=256, batch_topics={topic}, batch_most=8)
+               joining=RunJoining(frozenset({topic}), 256, frozenset({topic}), 8))
     )  # fmt: skip
     batches = [record for record in handed if isinstance(record, BatchedRecord)]
     assert batches and all(2 <= len(batch.parts) <= 8 for batch in batches)
