@@ -263,6 +263,10 @@ def build_app(
                         return
 
     @app.task
+    async def connect_checkpoints() -> None:
+        await runtime.connect_checkpoints()
+
+    @app.task
     async def refresh() -> None:
         # The broker requests of the timer, in a loop of their own: without the agent's lock, and
         # without holding the tick up (an answer can take most of a second under load, and the

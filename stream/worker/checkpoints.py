@@ -246,6 +246,10 @@ class CheckpointTopic:
                 "give it as many (kafka-topics --alter --partitions) or name another with "
                 "FAULTSTREAM_TOPIC_CHECKPOINTS and run `faultstream init-kafka`"
             )
+        # The consumer's own metadata learns the topic now: a partition's first load would
+        # otherwise find no leader for it and ask again after aiokafka's retry backoff (0.1 s of
+        # every start, measured). (The client's call; aiokafka is pinned in pyproject.toml.)
+        await self._consumer._client.add_topic(self.topic)
 
     async def stop(self) -> None:
         """Disconnect."""

@@ -215,21 +215,32 @@ class PartitionWorker:
         """Run every record the merge releases through the pipeline; return how many were late."""
         late = 0
         where = f"partition {self.partition}"
-        apply = self.pipeline.apply
+        pipeline = self.pipeline
+        apply = pipeline.apply
+        # ECC samples (nine records in ten) go to the core without the pipeline's dispatch: the
+        # pipeline adds nothing of a sample to the sink but a late one's dead letter.
+        process_ecc = self.core.process_ecc
         released_any = False
         # Set again by _ready or by a sample's missing reference, if the next record must wait.
         self.waiting_for_fleet = False
-        released = self.merger.release(self._ready, _GO_UNASKED)
-        for record, _ in released:
+        released = self.merger.release_runs(self._ready, _GO_UNASKED)
+        for run in released:
             released_any = True
             try:
-                if apply(record, where) is not None:
-                    late += 1
+                for item in run:
+                    record = item[0]
+                    if type(record) is EccSample:
+                        if not process_ecc(record):
+                            pipeline.reject_late(record, self.core.watermark_ms or 0, where)
+                            late += 1
+                    elif apply(record, where) is not None:
+                        late += 1
             except FleetBaselineMissing:
                 # An ECC sample that needs its period's fleet reference (not asked beforehand:
-                # see _ready); the core changed nothing, so it waits at the head of the merge.
+                # see _ready); the core changed nothing, so it and the rest of its run wait at the
+                # head of the merge.
                 released.close()
-                self.merger.hold_back()
+                self.merger.hold_back(len(run) - next(i for i, held in enumerate(run) if held is item))
                 self.waiting_for_fleet = True
                 break
         if released_any:

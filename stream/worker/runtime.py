@@ -130,7 +130,9 @@ class WorkerRuntime:
         self.checkpoints = CheckpointTopic(
             client_options(settings), settings.topic_checkpoints, settings.worker_app_id
         )
+        #: Whether the checkpoint topic's clients are connected (:meth:`connect_checkpoints`).
         self.checkpoints_started = False
+        self._checkpoints_connecting: asyncio.Future[None] | None = None
         self.policy = DeadLetterPolicy.from_settings(
             settings, hint="Is the producer writing the JSON Schemas of schemas/jsonschema/?"
         )
@@ -443,13 +445,26 @@ class WorkerRuntime:
         )
         await self.app.consumer.seek(tp, offset)
 
+    async def connect_checkpoints(self) -> None:
+        """Connect the checkpoint topic's clients, once, whoever asks first; a failure is raised
+        to each caller. The app asks as it starts (:func:`stream.worker.app.build_app`): the
+        connection is then made while the group forms, not once the first message has come
+        (~0.1 s of every start and failover, docs/kafka.md#failover)."""
+        if self.checkpoints_started:
+            return
+        if self._checkpoints_connecting is None:
+            self._checkpoints_connecting = asyncio.ensure_future(
+                self.checkpoints.start(self.settings.topic_partitions)
+            )
+        # Shielded: a caller cancelled (a stop) leaves the connection to finish for the others.
+        await asyncio.shield(self._checkpoints_connecting)
+        self.checkpoints_started = True
+
     async def _partition_state(self, number: int) -> PartitionWorker:
         state = self.partitions.get(number)
         if state is not None:
             return state
-        if not self.checkpoints_started:
-            await self.checkpoints.start(self.settings.topic_partitions)
-            self.checkpoints_started = True
+        await self.connect_checkpoints()
         loaded = await self.checkpoints.load(number)
 
         def drained(source: str) -> float | None:
@@ -658,9 +673,7 @@ class WorkerRuntime:
         assigned = {tp.partition for tp in self.app.consumer.assignment() if tp.topic in self.topics.kinds}
         for number in sorted(assigned - set(self.partitions) - self._probed):
             self._probed.add(number)
-            if not self.checkpoints_started:
-                await self.checkpoints.start(self.settings.topic_partitions)
-                self.checkpoints_started = True
+            await self.connect_checkpoints()
             try:
                 loaded = await self.checkpoints.load(number)
             except KafkaError as exc:
@@ -989,6 +1002,11 @@ class WorkerRuntime:
         self.metrics.forget_partition(number, self.topics.kinds)
 
     async def stop(self) -> None:
+        connecting = self._checkpoints_connecting
+        if connecting is not None:
+            await asyncio.wait([connecting])  # a connection under way ends before its clients close
+            if not connecting.cancelled() and connecting.exception() is None:
+                self.checkpoints_started = True
         if self.checkpoints_started:
             await self.checkpoints.stop()
         await self.broker.close()

@@ -218,3 +218,30 @@ def test_items_of_unchecked_sources_go_without_asking_ready_in_the_same_order() 
     assert list(merger.release(ready, unchecked={"ecc"})) == ["ecc1", "ecc2", "xid3"]
     assert asked == ["xid3", "xid4"]
     assert list(merger.release(None, unchecked={"ecc"})) == ["xid4", "ecc5", "ecc6", "ecc10", "xid10"]
+
+
+def test_an_unchecked_sources_items_come_in_runs_asked_ones_alone_and_a_runs_tail_can_go_back() -> None:
+    merger: EventTimeMerger[str] = EventTimeMerger(["ecc", "xid"], idle_after=5, clock=Clock())
+    merger.add_many("ecc", [(10, "e10"), (20, "e20"), (30, "e30"), (50, "e50")])
+    merger.add_many("xid", [(40, "x40"), (45, "x45"), (60, "x60")])
+    asked: list[str] = []
+
+    def ready(ts_ms: int, item: str) -> bool:
+        asked.append(item)
+        return True
+
+    runs = merger.release_runs(ready, unchecked={"ecc"})
+    assert next(runs) == ["e10", "e20", "e30"]  # one list, nothing asked
+    assert next(runs) == ["x40"] and next(runs) == ["x45"]  # asked, one at a time
+    assert asked == ["x40", "x45"]
+    assert list(runs) == [["e50"]]  # the low watermark (ecc's newest), x60 past it
+    merger.add_many("ecc", [(70, "e70"), (80, "e80"), (90, "e90")])
+    merger.add("xid", 100, "x100")
+    runs = merger.release_runs(ready, unchecked={"ecc"})
+    assert next(runs) == ["x60"]
+    assert next(runs) == ["e70", "e80", "e90"]
+    runs.close()
+    merger.hold_back(2)  # the caller could use e70 only
+    with pytest.raises(RuntimeError):
+        merger.hold_back(1)  # given back already: nothing was released since
+    assert list(merger.release()) == ["e80", "e90"]

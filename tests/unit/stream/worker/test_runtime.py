@@ -10,6 +10,7 @@ from faust.types import TP
 
 import stream.worker.runtime as runtime_module
 from stream.settings import Settings
+from stream.worker.checkpoints import CheckpointError
 from stream.worker.metrics import WorkerMetrics
 from stream.worker.partition import PartitionWorker
 from stream.worker.runtime import STALL_SECONDS, WorkerRuntime, WorkerStalled, WorkerTopics
@@ -400,3 +401,46 @@ def test_a_drained_answer_covers_what_was_published_a_skew_before_it_was_asked(c
     clock[0] += 0.2
     asyncio.run(runtime._refresh_progress())
     assert list(merger.release()) == ["just before the answer"]
+
+
+class SlowCheckpointStart:
+    """A checkpoint topic whose connection takes a moment, and fails if told to."""
+
+    def __init__(self, error: Exception | None = None) -> None:
+        self.starts = 0
+        self.stops = 0
+        self.error = error
+
+    async def start(self, partitions: int) -> None:
+        self.starts += 1
+        await asyncio.sleep(0.01)
+        if self.error is not None:
+            raise self.error
+
+    async def stop(self) -> None:
+        self.stops += 1
+
+
+def test_the_checkpoint_topic_is_connected_once_for_every_caller_and_its_failure_reaches_each() -> None:
+    runtime, _ = make_runtime()
+    runtime.checkpoints = SlowCheckpointStart()  # type: ignore[assignment]
+
+    async def three_callers() -> None:
+        # The app's start task and two partitions' first messages, at once.
+        await asyncio.gather(*(runtime.connect_checkpoints() for _ in range(3)))
+        await runtime.connect_checkpoints()
+
+    asyncio.run(three_callers())
+    assert runtime.checkpoints.starts == 1 and runtime.checkpoints_started  # type: ignore[attr-defined]
+
+    failing, _ = make_runtime()
+    failing.checkpoints = SlowCheckpointStart(CheckpointError("no such topic"))  # type: ignore[assignment]
+
+    async def two_callers() -> list[BaseException | None]:
+        return await asyncio.gather(
+            failing.connect_checkpoints(), failing.connect_checkpoints(), return_exceptions=True
+        )
+
+    errors = asyncio.run(two_callers())
+    assert [str(e) for e in errors] == ["no such topic", "no such topic"]
+    assert failing.checkpoints.starts == 1 and not failing.checkpoints_started  # type: ignore[attr-defined]
