@@ -110,11 +110,19 @@ class RecordPipeline:
 
         ``source`` names where the record came from (a file, a topic partition), for the letter.
         """
+        if isinstance(record, EccSample):  # stored downsampled, from the rows the core emits
+            return self.apply_sample(record, source)
         if self.core.process(record):
-            if not isinstance(record, EccSample):  # ECC samples are stored downsampled, from the core
-                self.sink.add(record, self.batch)
+            self.sink.add(record, self.batch)
             return None
         return self.reject_late(record, self.core.watermark_ms or 0, source)
+
+    def apply_sample(self, sample: EccSample, source: str) -> DeadLetter | None:
+        """:meth:`apply` for an ECC sample, for a caller that knows it has one (the worker's
+        merge releases runs of them): the core's :meth:`~DetectionCore.process_ecc`, no sink."""
+        if self.core.process_ecc(sample):
+            return None
+        return self.reject_late(sample, self.core.watermark_ms or 0, source)
 
     def reject_late(self, record: Record, watermark_ms: int, source: str) -> DeadLetter:
         """Dead-letter a record that came after ``watermark_ms`` had passed it."""

@@ -215,11 +215,8 @@ class PartitionWorker:
         """Run every record the merge releases through the pipeline; return how many were late."""
         late = 0
         where = f"partition {self.partition}"
-        pipeline = self.pipeline
-        apply = pipeline.apply
-        # ECC samples (nine records in ten) go to the core without the pipeline's dispatch: the
-        # pipeline adds nothing of a sample to the sink but a late one's dead letter.
-        process_ecc = self.core.process_ecc
+        apply = self.pipeline.apply
+        apply_sample = self.pipeline.apply_sample  # nine records in ten: without the dispatch
         released_any = False
         # Set again by _ready or by a sample's missing reference, if the next record must wait.
         self.waiting_for_fleet = False
@@ -230,8 +227,7 @@ class PartitionWorker:
                 for item in run:
                     record = item[0]
                     if type(record) is EccSample:
-                        if not process_ecc(record):
-                            pipeline.reject_late(record, self.core.watermark_ms or 0, where)
+                        if apply_sample(record, where) is not None:
                             late += 1
                     elif apply(record, where) is not None:
                         late += 1

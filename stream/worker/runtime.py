@@ -85,6 +85,8 @@ _HIGHWATER_SECONDS = 0.01
 #: How long the fleet stage's round run from a commit point waits for the hand-over just sent to be
 #: read back (acked already: a fetch's round trip, milliseconds).
 _HAND_OVER_READ_SECONDS = 0.5
+#: How long a stop waits for the checkpoint topic's connection still under way.
+_STOP_CONNECT_SECONDS = 5.0
 #: A partition with more to read that delivered nothing for this long is read again.
 STALL_SECONDS = 15.0
 
@@ -1003,10 +1005,13 @@ class WorkerRuntime:
 
     async def stop(self) -> None:
         connecting = self._checkpoints_connecting
-        if connecting is not None:
-            await asyncio.wait([connecting])  # a connection under way ends before its clients close
-            if not connecting.cancelled() and connecting.exception() is None:
-                self.checkpoints_started = True
+        if connecting is not None and not connecting.done():
+            # A stop in the first moments: the connection under way ends before its clients close
+            # (or, stuck on an unreachable broker, is given up).
+            await asyncio.wait([connecting], timeout=_STOP_CONNECT_SECONDS)
+            connecting.cancel()
+        if connecting is not None and connecting.done() and not connecting.cancelled():
+            self.checkpoints_started = connecting.exception() is None
         if self.checkpoints_started:
             await self.checkpoints.stop()
         await self.broker.close()
