@@ -280,15 +280,24 @@ class EventTimeMerger(Generic[T]):
             ask = None if best.name in unchecked else ready
             first = head
             waits = False
+            cut_for, cut_ms = None, _END_OF_TIME
             while head < end:
                 ts_ms, _, arrived, item = held[head]
                 if ts_ms >= below or ts_ms > up_to:
                     break
-                if arrived > drained_for_all and any(
-                    newest_ms < ts_ms and arrived > drained_at for newest_ms, drained_at in idle
-                ):
-                    waits = True  # past an idle source, known idle only from before it arrived
-                    break
+                if arrived > drained_for_all:
+                    # An item may not pass an idle source known idle only from before it arrived:
+                    # items of one arrival (a message's) may go up to the newest time of the
+                    # earliest such source; worked out once an arrival, not once an item.
+                    if arrived != cut_for:
+                        cut_for = arrived
+                        cut_ms = min(
+                            (newest_ms for newest_ms, drained_at in idle if arrived > drained_at),
+                            default=_END_OF_TIME,
+                        )
+                    if ts_ms > cut_ms:
+                        waits = True
+                        break
                 if ask is not None:
                     if not ask(ts_ms, item):
                         return
