@@ -245,3 +245,83 @@ def test_an_unchecked_sources_items_come_in_runs_asked_ones_alone_and_a_runs_tai
     with pytest.raises(RuntimeError):
         merger.hold_back(1)  # given back already: nothing was released since
     assert list(merger.release()) == ["e80", "e90"]
+
+
+class _IdleHeapMerger:
+    """:class:`_HeapMerger` with idle sources: a source silent for ``idle_after`` seconds whose
+    drain is known (``drained(source)``: as of when) no longer holds the low watermark back, and an
+    item may pass it only if the source was known drained after the item arrived."""
+
+    def __init__(self, sources: list[str], idle_after: float) -> None:
+        self.sources = sources
+        self.idle_after = idle_after
+        self.newest = dict.fromkeys(sources, -(2**63))
+        self.last_seen = dict.fromkeys(sources, 0.0)
+        self.started = False
+        self.heap: list[tuple[int, str, int, float, str]] = []
+        self.arrivals = 0
+
+    def add(self, source: str, ts: int, item: str, now: float) -> None:
+        if not self.started:
+            self.started = True
+            self.last_seen = dict.fromkeys(self.sources, now)
+        self.last_seen[source] = now
+        self.newest[source] = max(self.newest[source], ts)
+        heapq.heappush(self.heap, (ts, source, self.arrivals, now, item))
+        self.arrivals += 1
+
+    def release(self, now: float, drained: Callable[[str], float | None]) -> list[str]:
+        idle = {}
+        for source in self.sources:
+            known = drained(source) if now - self.last_seen[source] >= self.idle_after else None
+            if known is not None:
+                idle[source] = known
+        active = [self.newest[s] for s in self.sources if s not in idle]
+        low = min(active) if active else 2**63
+        out = []
+        while self.heap and self.heap[0][0] <= low:
+            ts, _, _, arrived, _ = self.heap[0]
+            if any(self.newest[s] < ts and arrived > known for s, known in idle.items()):
+                break  # it might pass a record of that source still on its way
+            out.append(heapq.heappop(self.heap)[4])
+        return out
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_idle_sources_hold_back_what_arrived_after_they_were_found_drained_as_one_heap_would(
+    seed: int,
+) -> None:
+    """Sources fall silent and speak again, their drain known as of moments before or after the
+    records of the others arrived (a message's records arrive together), unchecked runs and asked
+    items mixed: the merge releases what the heap model releases, in its order."""
+    rng = random.Random(seed)
+    sources = ["ecc", "job", "xid"]
+    clock = Clock()
+    drained_as_of: dict[str, float | None] = dict.fromkeys(sources)
+    merger: EventTimeMerger[str] = EventTimeMerger(
+        sources, idle_after=2.0, clock=clock, drained=drained_as_of.get
+    )
+    reference = _IdleHeapMerger(sources, idle_after=2.0)
+    event_time = dict.fromkeys(sources, 0)
+    released: list[str] = []
+    expected: list[str] = []
+    for step in range(300):
+        clock.now += rng.choice([0.0, 0.5, 1.0, 3.0])
+        # Busy sources speak often, quiet ones rarely: they go idle and back.
+        source = rng.choices(sources, weights=[6, 1, 1])[0]
+        event_time[source] += rng.choice([0, 1, 2, 10])
+        batch = [
+            (max(event_time[source] - rng.choice([0, 0, 2]), 0), f"{source}{step}.{i}")
+            for i in range(rng.randint(1, 5))
+        ]
+        merger.add_many(source, batch)
+        for ts, item in batch:
+            reference.add(source, ts, item, clock.now)
+        for name in sources:  # a progress answer: drained as of a moment up to 4 s ago, or unknown
+            if rng.random() < 0.3:
+                drained_as_of[name] = rng.choice([None, clock.now - rng.choice([0.0, 0.5, 2.0, 4.0])])
+        if rng.random() < 0.5:
+            released += [item for run in merger.release_runs(lambda ts, item: True, {"ecc"}) for item in run]
+            expected += reference.release(clock.now, drained_as_of.get)
+        assert released == expected
+    assert [item for _, _, item in merger.held()] == [entry[4] for entry in sorted(reference.heap)]
