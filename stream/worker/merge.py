@@ -249,8 +249,11 @@ class EventTimeMerger(Generic[T]):
         """
         active, idle = self._progress()
         limit = _END_OF_TIME if active is None else active  # all idle: everything that arrived in time
-        # An item that arrived before every idle source was last known drained passes them all.
-        drained_for_all = min((drained_at for _, drained_at in idle), default=float("inf"))
+        # An item may not pass an idle source known drained only from before it arrived: the items
+        # of one arrival (a message's) may go up to the newest time of the earliest such source,
+        # worked out once an arrival (``idle`` does not change during a release).
+        cut_for: float | None = None
+        cut_ms = _END_OF_TIME
         sources = self._by_name
         while True:
             best: _Source | None = None
@@ -280,24 +283,19 @@ class EventTimeMerger(Generic[T]):
             ask = None if best.name in unchecked else ready
             first = head
             waits = False
-            cut_for, cut_ms = None, _END_OF_TIME
             while head < end:
                 ts_ms, _, arrived, item = held[head]
                 if ts_ms >= below or ts_ms > up_to:
                     break
-                if arrived > drained_for_all:
-                    # An item may not pass an idle source known idle only from before it arrived:
-                    # items of one arrival (a message's) may go up to the newest time of the
-                    # earliest such source; worked out once an arrival, not once an item.
-                    if arrived != cut_for:
-                        cut_for = arrived
-                        cut_ms = min(
-                            (newest_ms for newest_ms, drained_at in idle if arrived > drained_at),
-                            default=_END_OF_TIME,
-                        )
-                    if ts_ms > cut_ms:
-                        waits = True
-                        break
+                if arrived != cut_for:
+                    cut_for = arrived
+                    cut_ms = min(
+                        (newest_ms for newest_ms, drained_at in idle if arrived > drained_at),
+                        default=_END_OF_TIME,
+                    )
+                if ts_ms > cut_ms:
+                    waits = True  # past an idle source, known drained only from before it arrived
+                    break
                 if ask is not None:
                     if not ask(ts_ms, item):
                         return
