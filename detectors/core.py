@@ -406,9 +406,9 @@ class DetectionCore:
 
         >>> from schemas.records import EccSample
         >>> core = DetectionCore(CoreConfig(allowed_lateness_ms=1_000))
-        >>> core.process_ecc(EccSample(ts_ms=5_000, cluster="c", node="n", gpu=0))
+        >>> core.process_ecc(EccSample(ts_ms=5_000, cluster="c", node="n", gpu=0, counters={}))
         True
-        >>> core.process_ecc(EccSample(ts_ms=3_000, cluster="c", node="n", gpu=0))  # past the watermark
+        >>> core.process_ecc(EccSample(ts_ms=3_000, cluster="c", node="n", gpu=0, counters={}))  # past the watermark
         False
         """
         ts = sample.ts_ms

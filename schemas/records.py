@@ -13,10 +13,13 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from enum import StrEnum
 from functools import lru_cache
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
+
+import msgspec
+from msgspec.structs import force_setattr
 
 from schemas.timeutil import format_ts, parse_iso_ts, parse_ts
 
@@ -26,13 +29,12 @@ __all__ = [
     "RECORD_KIND",
     "XID_DEVICES",
     "EccSample",
-    "EccWireFields",
     "InvalidRecord",
     "JobEvent",
     "JobState",
     "Record",
     "XidEvent",
-    "ecc_samples_of_wire",
+    "finish_decoded_ecc_samples",
     "normalize_pci_bus_id",
 ]
 
@@ -464,21 +466,40 @@ def _is_blank(count: int) -> bool:
     return count >= _INT32_BLANK and (count <= _INT32_MAX or count >= _FP64_BLANK)
 
 
-@dataclass(frozen=True, slots=True)
-class EccSample:
+if TYPE_CHECKING:
+    _SampleCounters = Mapping[str, int]
+else:
+    # What a typed JSON decoder holds a sample's counters to (see EccSample), checked in C: a known
+    # name, a value no DCGM blank can be. Type checkers see the mapping every parser builds.
+    _SampleCounters = dict[
+        Literal[tuple(ECC_COUNTERS)], Annotated[int, msgspec.Meta(ge=0, lt=ECC_PLAIN_COUNT_LIMIT)]
+    ]
+
+
+class EccSample(msgspec.Struct, frozen=True, gc=False, kw_only=True, rename={"ts_ms": "ts"}):
     """A snapshot of one GPU's ECC counters.
 
     The values are *counters* (or 0/1 flags for ``remap_pending`` and ``remap_failure``) as the
     exporter reports them; detectors work on deltas between consecutive samples of a GPU.
     A counter the source did not report is absent from ``counters``.
+
+    A msgspec Struct, so that a typed JSON decoder (``msgspec.json.Decoder(EccSample)``) reads a
+    wire line (``ts`` in epoch ms, the form the publishers write) straight into the sample, its
+    types, ranges and counters checked in C; :func:`finish_decoded_ecc_samples` does the checks
+    types cannot say. Nine records in ten a worker reads are samples: building each from a decoded
+    line's fields took ~0.4 µs of the ~1.2 its decoding took. The type annotations are the wire
+    checks; constructing a sample checks nothing (as a frozen dataclass's ``__init__`` did not):
+    ``from_dict`` and ``from_fields`` validate. Keyword arguments only, ``counters`` required (the
+    wire's ``counters`` is: a decoder must not default it). Not tracked by the garbage collector (``gc=False``):
+    a sample refers to strings, ints and one dict of ints, never to anything that refers back.
     """
 
-    ts_ms: int
+    ts_ms: Annotated[int, msgspec.Meta(ge=TS_MIN_MS, lt=TS_MAX_MS)]
     cluster: str
     node: str
-    gpu: int | None = None
+    gpu: Annotated[int, msgspec.Meta(ge=0, le=MAX_UINT16)] | None = None
     pci_bus_id: str = ""
-    counters: Mapping[str, int] = field(default_factory=dict)
+    counters: _SampleCounters
     source: str = ""
 
     @property
@@ -635,7 +656,6 @@ class EccSample:
         return sample
 
 
-_ECC_TWIN: Final = _mutable_twin(EccSample)
 _ECC_COUNTER_NAMES: Final = frozenset(ECC_COUNTERS)
 
 
@@ -648,113 +668,66 @@ def _ecc_sample(
     counters: Mapping[str, int],
     source: str,
 ) -> EccSample:
-    """An :class:`EccSample` of fields known to be valid, built without the dataclass ``__init__``
-    (see "The fast path of from_dict" above): :meth:`EccSample.from_fields` once it has checked
-    them, and unpickling."""
-    twin = _ECC_TWIN()
-    twin.ts_ms = ts_ms
-    twin.cluster = cluster
-    twin.node = node
-    twin.gpu = gpu
-    twin.pci_bus_id = pci_bus_id
-    twin.counters = counters
-    twin.source = source
-    twin.__class__ = EccSample
-    sample: EccSample = twin
-    return sample
-
-
-class EccWireFields(Protocol):
-    """An ECC sample's line as a typed JSON decoder read it (``stream.kafka.codec``): each field of
-    its JSON type (``ts`` an integer or a string, ``gpu`` an integer or None, ``pci_bus_id`` a
-    string or None), every counter a known name (:data:`ECC_COUNTERS`) with a value in
-    ``[0, ECC_PLAIN_COUNT_LIMIT)``."""
-
-    @property
-    def ts(self) -> int | str: ...
-    @property
-    def cluster(self) -> str: ...
-    @property
-    def node(self) -> str: ...
-    @property
-    def gpu(self) -> int | None: ...
-    @property
-    def pci_bus_id(self) -> str | None: ...
-    @property
-    def counters(self) -> dict[str, int]: ...
-
-
-def ecc_samples_of_wire(
-    wires: Sequence[EccWireFields], source_prefix: str, first_number: int
-) -> tuple[list[EccSample | None], int]:
-    """The sample of each line of a message, as :meth:`EccSample.from_fields` would make it from
-    the line's fields (``counters_checked``); None where it would refuse them (the full validator
-    then decides that line, and names the fault). Also returns how many are None.
-
-    A sample's ``source`` is ``source_prefix`` followed by its line's number, counted from
-    ``first_number``. This is ``from_fields``'s check spelt out in one loop over a message's
-    lines, each sample made by the same :func:`_ecc_sample`: nine records in ten a worker reads are
-    ECC samples, and the three calls a line took cost 0.3 µs of the ~1.4 its decoding took (the
-    one call left, the construction, costs ~0.04 µs against its stores inline and keeps one way to
-    make a sample). Each counters mapping becomes its sample's own.
-    ``tests/unit/schemas/test_records_fast.py`` holds the two to the same answers.
-
-    >>> from types import SimpleNamespace as Wire
-    >>> good = Wire(ts=1704067200000, cluster="c", node="n", gpu=0, pci_bus_id=None, counters={})
-    >>> samples, refused = ecc_samples_of_wire([good, Wire(**{**vars(good), "node": " "})], "ecc/0:line ", 1)
-    >>> samples[0].source, samples[1], refused
-    ('ecc/0:line 1', None, 1)
-    """
-    samples: list[EccSample | None] = []
-    append = samples.append
-    refused = 0
-    for number, wire in enumerate(wires, first_number):
-        ts, cluster, node, gpu, pci = wire.ts, wire.cluster, wire.node, wire.gpu, wire.pci_bus_id
-        try:
-            ts_ms = ts if isinstance(ts, int) else parse_iso_ts(ts)
-            pci_bus_id = normalize_pci_bus_id(pci) if pci else ""
-        except ValueError:
-            ts_ms = TS_MAX_MS  # refused below
-            pci_bus_id = ""
-        if not (
-            TS_MIN_MS <= ts_ms < TS_MAX_MS
-            and cluster.strip()
-            and node.strip()
-            and (gpu is None or 0 <= gpu <= MAX_UINT16)
-            and (gpu is not None or pci_bus_id)
-        ):
-            append(None)
-            refused += 1
-            continue
-        append(_ecc_sample(ts_ms, cluster, node, gpu, pci_bus_id, wire.counters, f"{source_prefix}{number}"))
-    return samples, refused
-
-
-def _reduce_ecc_sample(self: EccSample) -> tuple[Any, tuple[Any, ...]]:
-    """Pickle an :class:`EccSample` as its fields, rebuilt by :func:`_ecc_sample`.
-
-    The dataclass's own ``__setstate__`` stores each field through ``object.__setattr__`` after
-    asking ``dataclasses.fields`` again: 8 µs a sample against 1.8 here, where a replay's parser
-    process hands its samples over (:mod:`stream.inputs.parse_ahead`). Pickles made before still
-    load through that ``__setstate__``.
-
-    >>> import pickle
-    >>> sample = EccSample(ts_ms=0, cluster="c", node="n", gpu=0, counters={"dbe_volatile": 1})
-    >>> pickle.loads(pickle.dumps(sample)) == sample
-    True
-    """
-    return _ecc_sample, (
-        self.ts_ms,
-        self.cluster,
-        self.node,
-        self.gpu,
-        self.pci_bus_id,
-        self.counters,
-        self.source,
+    """An :class:`EccSample` of fields known to be valid. Pickles made before the sample was a
+    Struct name this function to rebuild a sample: a checkpoint of that time still loads."""
+    return EccSample(
+        ts_ms=ts_ms,
+        cluster=cluster,
+        node=node,
+        gpu=gpu,
+        pci_bus_id=pci_bus_id,
+        counters=counters,
+        source=source,
     )
 
 
-EccSample.__reduce__ = _reduce_ecc_sample  # type: ignore[assignment,method-assign]
+def finish_decoded_ecc_samples(
+    samples: list[EccSample], source_prefix: str, first_number: int | None
+) -> tuple[list[EccSample | None], int]:
+    """Finish the samples a typed JSON decoder read from a message's lines: what
+    :meth:`EccSample.from_fields` checks beyond the types (a cluster and a node that are not
+    blank, a GPU named by its index or its bus id, a bus id that parses, made canonical), and each
+    sample's ``source``: ``source_prefix`` followed by its line's number, counted from
+    ``first_number`` (None: ``source_prefix`` alone, for one line decoded on its own). A sample
+    that fails becomes None (the full validator then decides that line, and names the fault); also
+    returns how many are None.
+
+    The samples are the decoder's, seen by no one else yet: their fields are set in place.
+    ``tests/unit/schemas/test_records_fast.py`` holds this and ``from_dict`` to the same answers.
+
+    >>> import msgspec
+    >>> good = b'{"ts": 1704067200000, "cluster": "c", "node": "n", "gpu": 0, "counters": {}}'
+    >>> decoded = msgspec.json.Decoder(EccSample).decode_lines(good + b"\\n" + good.replace(b'"n"', b'" "'))
+    >>> samples, refused = finish_decoded_ecc_samples(decoded, "ecc/0:line ", 1)
+    >>> samples[0].source, samples[1], refused
+    ('ecc/0:line 1', None, 1)
+    """
+    finished: list[EccSample | None] = list(samples)
+    refused = 0
+    set_field = force_setattr
+    for index, sample in enumerate(samples):
+        pci = sample.pci_bus_id
+        try:
+            canonical = normalize_pci_bus_id(pci) if pci else ""
+        except ValueError:
+            canonical = ""
+            pci = "-"  # refused below: a bus id that does not parse
+        if not (
+            sample.cluster.strip()
+            and sample.node.strip()
+            and (canonical or (not pci and sample.gpu is not None))
+        ):
+            finished[index] = None
+            refused += 1
+            continue
+        if canonical != pci:
+            set_field(sample, "pci_bus_id", canonical)
+        set_field(
+            sample,
+            "source",
+            source_prefix if first_number is None else f"{source_prefix}{first_number + index}",
+        )
+    return finished, refused
 
 
 # ---------------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from schemas.records import (
     JobEvent,
     Record,
     XidEvent,
-    ecc_samples_of_wire,
+    finish_decoded_ecc_samples,
     normalize_pci_bus_id,
 )
 from schemas.timeutil import parse_iso_ts
@@ -82,6 +82,8 @@ class _EccWire(msgspec.Struct, gc=False):
 
 
 _ECC_WIRE = msgspec.json.Decoder(_EccWire)
+#: A line as the publishers write it (``ts`` in epoch ms) decoded straight into its sample.
+_ECC_SAMPLES = msgspec.json.Decoder(EccSample)
 
 
 def _decode_ecc_wire(value: bytes, source: str) -> EccSample | None:
@@ -89,8 +91,13 @@ def _decode_ecc_wire(value: bytes, source: str) -> EccSample | None:
     (another form of a field, a value out of range, not JSON): that one decides, and names the
     fault, so every dead letter's reason is the same whichever path read the line."""
     try:
-        wire = _ECC_WIRE.decode(value)
+        samples, _ = finish_decoded_ecc_samples([_ECC_SAMPLES.decode(value)], source, None)
+        return samples[0]
     except (msgspec.DecodeError, ValueError):  # ValueError: bytes that are not UTF-8
+        pass  # perhaps ``ts`` in ISO-8601: the wire form's other spelling
+    try:
+        wire = _ECC_WIRE.decode(value)
+    except (msgspec.DecodeError, ValueError):
         return None
     return _ecc_sample_of(wire, source)
 
@@ -298,14 +305,14 @@ def _decode_ecc_message(
     if not lines[-1] and joined_from is None:
         lines.pop()  # a final newline ends the last line (a joined message's last line is a record)
     try:
-        wires = _ECC_WIRE.decode_lines(value)
+        decoded_samples = _ECC_SAMPLES.decode_lines(value)
     except (msgspec.DecodeError, ValueError):  # ValueError: bytes that are not UTF-8
-        return None
-    if len(wires) != len(lines):
+        return None  # a line not in the publishers' form (an ISO time, a bad line): line by line
+    if len(decoded_samples) != len(lines):
         return None  # blank lines: their numbers count, and the line-by-line path keeps them
     # A line's location, as message_lines names it: "offset O line i", or a joined line's own offset.
     where, first = (f"offset {offset} line ", 1) if joined_from is None else ("offset ", joined_from)
-    samples, refused = ecc_samples_of_wire(wires, f"{source}:{where}", first)
+    samples, refused = finish_decoded_ecc_samples(decoded_samples, f"{source}:{where}", first)
     decoded: list[tuple[Record | InvalidRecord, bytes]] = list(zip(samples, lines, strict=True))
     if refused:
         for index, (sample, line) in enumerate(decoded):

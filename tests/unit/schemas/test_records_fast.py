@@ -6,9 +6,9 @@ import json
 import pickle
 import random
 from pathlib import Path
-from types import SimpleNamespace
 
 import jsonschema
+import msgspec
 import orjson
 import pytest
 
@@ -18,10 +18,17 @@ from schemas.records import (
     JobEvent,
     JobState,
     XidEvent,
-    ecc_samples_of_wire,
+    finish_decoded_ecc_samples,
     normalize_pci_bus_id,
 )
-from schemas.timeutil import parse_iso_ts
+
+
+def _astuple(record):
+    """A record's fields: the ECC sample is a msgspec Struct, the others dataclasses."""
+    return (
+        msgspec.structs.astuple(record) if isinstance(record, msgspec.Struct) else dataclasses.astuple(record)
+    )
+
 
 SCHEMAS = Path(__file__).resolve().parents[3] / "schemas" / "jsonschema"
 
@@ -33,7 +40,7 @@ RECORDS = [
              message="Non-fatal, Link 33", device="nvswitch"),
     EccSample(ts_ms=1705314225000, cluster="c", node="n1", gpu=1, pci_bus_id="0000:07:00",
               counters={"sbe_volatile": 5, "remap_failure": 1}),
-    EccSample(ts_ms=1704067199999, cluster="c", node="n1", pci_bus_id="0000:07:00"),
+    EccSample(ts_ms=1704067199999, cluster="c", node="n1", pci_bus_id="0000:07:00", counters={}),
     JobEvent(ts_ms=1705314225000, cluster="c", job_id="9_1", state=JobState.NODE_FAIL, nodes=("a", "b"),
              gpus=16, start_ms=1705310000000, end_ms=1705314225000, exit_code="0:9", name="train", user="u",
              partition="gpu"),
@@ -243,7 +250,7 @@ def _outcome(parse, document):
         record = parse(document, "s")
     except InvalidRecord as exc:
         return "rejected", exc.reason
-    return "accepted", type(record), dataclasses.astuple(record)
+    return "accepted", type(record), _astuple(record)
 
 
 @pytest.mark.parametrize("record_type", [XidEvent, EccSample, JobEvent], ids=lambda t: t.__name__)
@@ -266,13 +273,15 @@ def test_fast_path_and_reference_agree_on_mutated_documents(record_type):
     assert outcomes == {"accepted", "rejected"}
 
 
-def test_a_message_of_typed_ecc_fields_gives_what_from_fields_gives_each():
-    """ecc_samples_of_wire spells out from_fields (counters checked) for a message's lines: the
-    same sample, or None, for every line; sources numbered from the first line."""
+def test_samples_a_typed_decoder_read_are_finished_as_from_dict_makes_them():
+    """finish_decoded_ecc_samples does what the sample's types cannot say: for each line a typed
+    decoder reads into a sample, the sample from_dict makes of it (sources numbered from the first
+    line), or None exactly where from_dict refuses the line."""
+    decoder = msgspec.json.Decoder(EccSample)
     rng = random.Random(20261206)
     choices = {
-        "ts": [1705314225000, "2024-01-15T10:23:45.5+01:00", "2024-02-30T00:00:00Z", "x", 946_684_799_999,
-               946_684_800_000, 4_102_444_800_000, 4_102_444_799_999],
+        "ts": [1705314225000, "2024-01-15T10:23:45.5+01:00", 946_684_799_999, 946_684_800_000,
+               4_102_444_800_000, 4_102_444_799_999],
         "cluster": ["c", "", " ", "\t"],
         "node": ["n1", "", " "],
         "gpu": [None, 0, 7, 65535, 65536, -1],
@@ -280,26 +289,29 @@ def test_a_message_of_typed_ecc_fields_gives_what_from_fields_gives_each():
     }  # fmt: skip
     outcomes = set()
     for message in range(300):
-        wires = [
-            SimpleNamespace(**{k: rng.choice(v) for k, v in choices.items()}, counters={"sbe_volatile": n})
-            for n in range(rng.randrange(1, 9))
-        ]
-        first = rng.randrange(1, 5)
-        samples, refused = ecc_samples_of_wire(wires, f"ecc/0:offset {message} line ", first)
-        expected = []
-        for number, wire in enumerate(wires, first):
+        documents = []
+        for n in range(rng.randrange(1, 9)):
+            document = {k: value for k, v in choices.items() if (value := rng.choice(v)) is not None}
+            document["counters"] = {"sbe_volatile": n}
             try:
-                ts_ms = wire.ts if isinstance(wire.ts, int) else parse_iso_ts(wire.ts)
-                pci = "" if not wire.pci_bus_id else normalize_pci_bus_id(wire.pci_bus_id)
-            except ValueError:
-                expected.append(None)
+                decoder.decode(orjson.dumps(document))
+            except msgspec.ValidationError:
+                outcomes.add("not read")  # the types refuse it: the line-by-line path's
                 continue
-            expected.append(
-                EccSample.from_fields(ts_ms, wire.cluster, wire.node, wire.gpu, pci, dict(wire.counters),
-                                      f"ecc/0:offset {message} line {number}", counters_checked=True)
-            )  # fmt: skip
-        assert samples == expected, wires
+            documents.append(document)
+        if not documents:
+            continue
+        first = rng.randrange(1, 5)
+        decoded = decoder.decode_lines(b"\n".join(orjson.dumps(d) for d in documents))
+        samples, refused = finish_decoded_ecc_samples(decoded, f"ecc/0:offset {message} line ", first)
+        expected = []
+        for number, document in enumerate(documents, first):
+            try:
+                expected.append(EccSample.from_dict(document, f"ecc/0:offset {message} line {number}"))
+            except InvalidRecord:
+                expected.append(None)
+        assert samples == expected, documents
         assert refused == expected.count(None)
         outcomes.update("refused" if sample is None else "accepted" for sample in samples)
         assert all(type(sample) is EccSample for sample in samples if sample is not None)
-    assert outcomes == {"accepted", "refused"}
+    assert outcomes == {"accepted", "refused", "not read"}
