@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -29,6 +30,7 @@ from stream.settings import Settings
 def main() -> None:
     bootstrap, app_id, count, result_file, *topics = sys.argv[1:]
     wanted = int(count)
+    datadir = tempfile.mkdtemp(prefix="faust-decode-only-")  # removed at the exit below
     app = faust.App(
         app_id,
         broker=f"kafka://{bootstrap}",
@@ -38,7 +40,7 @@ def main() -> None:
         consumer_auto_offset_reset="earliest",
         consumer_max_fetch_size=Settings().worker_fetch_partition_bytes,  # the worker's
         topic_allow_declare=False,
-        datadir=tempfile.mkdtemp(prefix="faust-decode-only-"),
+        datadir=datadir,
     )
     raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
     seen = {"records": 0, "messages": 0, "first": 0.0}
@@ -59,6 +61,7 @@ def main() -> None:
                 end = time.time()
                 with open(result_file, "w") as out:
                     json.dump({**seen, "end": end}, out)
+                shutil.rmtree(datadir, ignore_errors=True)
                 os._exit(0)  # the figure is written; Faust's orderly shutdown is not part of it
 
     sys.argv = [sys.argv[0], "worker", "-l", "error", "--without-web"]

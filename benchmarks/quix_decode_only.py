@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import sys
 import tempfile
 import time
@@ -27,13 +28,14 @@ from quixstreams import Application
 def main() -> None:
     bootstrap, group, count, result_file, *topics = sys.argv[1:]
     wanted = int(count)
+    state_dir = tempfile.mkdtemp(prefix="quix-decode-only-")
     app = Application(
         broker_address=bootstrap,
         consumer_group=group,
         auto_offset_reset="earliest",
         auto_create_topics=False,
         use_changelog_topics=False,
-        state_dir=tempfile.mkdtemp(prefix="quix-decode-only-"),
+        state_dir=state_dir,
         loglevel=logging.WARNING,
     )
     seen = {"records": 0, "messages": 0, "first": 0.0}
@@ -57,7 +59,10 @@ def main() -> None:
     for name in topics:
         topic = app.topic(name, value_deserializer="bytes", key_deserializer="bytes")
         app.dataframe(topic).update(decode)
-    app.run()
+    try:
+        app.run()
+    finally:
+        shutil.rmtree(state_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

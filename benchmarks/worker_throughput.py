@@ -10,10 +10,11 @@ dcgm.prom) and, for each records-a-message setting of ``--per-message``, publish
 fresh topics (``faultstream replay --to --records-per-message N``), then times every row below
 once a round, ``--runs`` rounds one after the other, each figure the median of its ``--runs`` runs:
 
-1. a bare aiokafka consumer: assigns the xid, ecc and jobs partitions, reads them from the
-   beginning, splits every message value on ``b"\\n"`` and ``orjson.loads`` every non-empty line;
-   then the same consumer decoding each line into its validated record (``decode_record``, what
-   the worker does before anything else: SPEC's "reads and decodes"; the first row is the floor);
+1. a bare aiokafka consumer (``benchmarks/bare_consumer.py``, a process of its own like every
+   row): assigns the xid, ecc and jobs partitions, reads them from the beginning, splits every
+   message value on ``b"\\n"`` and ``orjson.loads`` every non-empty line; then the same consumer
+   decoding each line into its validated record (``decode_record``, what the worker does before
+   anything else: SPEC's "reads and decodes"; the first row is the floor);
 2. a minimal quix-streams application (``benchmarks/quix_decode_only.py``; ``pip install -e
    .[bench]``) doing the same in a fresh consumer group — what a Python team would pick instead
    of Faust; the row says "not installed" when the package is missing;
@@ -46,10 +47,12 @@ apart (records/messages), never added to the records. For the worker's "steady" 
 records its first commit covered are found from its committed offsets through a per-offset index
 of the records each message holds (built by one untimed read of the topics).
 
-Two figures a row: "launch" counts from the process launch (or the client's start) to the last
-record; "steady" from the first message received (bare consumer, quix, Faust), the first commit
-seen (worker; its first ``worker_flush_seconds`` are not in it) or the replay's own timing
-(embedded: reading, detection and ClickHouse writes without interpreter start-up and report).
+Two figures a row: "launch" counts from the process launch to the last record (the bare
+consumer ran in this process until 2026-12: its figure lacked the interpreter's start and
+imports every other row's has); "steady" from the first message received (bare consumer, quix,
+Faust), the first commit seen (worker; its first ``worker_flush_seconds`` are not in it) or the
+replay's own timing (embedded: reading, detection and ClickHouse writes without interpreter
+start-up and report).
 quix-streams' librdkafka consumer fetches in a background thread while the app is still starting,
 so its steady figure can pass the bare consumer's; its launch figure is the one to compare.
 The ratios compare the worker with the embedded replay (target >= 0.8) and with the bare consumer
@@ -67,6 +70,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import bisect
+import collections
 import compileall
 import contextlib
 import importlib.metadata
@@ -89,12 +93,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import GroupCoordinatorNotAvailableError
 
-from stream.kafka.codec import decode_record
 from stream.settings import Settings
 from stream.worker.caught_up import caught_up_on_gauges, metric_sum
 
@@ -303,52 +305,11 @@ async def read_index(
     return index, records, messages
 
 
-async def bare_consumer(
-    bootstrap: str, tps: list[TopicPartition], wanted: int, kinds: dict[str, str] | None = None
-) -> Measurement:
-    """Row 1: read and decode every record of ``tps`` from the beginning; with ``kinds`` (topic ->
-    record kind), decode each line into its validated record as the worker does (row 1b)."""
-    launched = time.perf_counter()
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        max_partition_fetch_bytes=FETCH_PARTITION_BYTES,  # the worker's, for the same round trips
-    )
-    await consumer.start()
-    try:
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        records = 0
-        first = 0.0
-        deadline = time.monotonic() + 1800
-        loads = orjson.loads
-        while records < wanted:
-            if time.monotonic() > deadline:
-                raise SystemExit(f"bare consumer: {records} of {wanted} records after 30 minutes")
-            batches = await consumer.getmany(timeout_ms=1000, max_records=10_000)
-            if batches and not first:
-                first = time.perf_counter()
-            for tp, batch in batches.items():
-                kind = kinds[tp.topic] if kinds else None
-                for message in batch:
-                    for line in message.value.split(b"\n"):
-                        if line:
-                            if kind is None:
-                                loads(line)
-                            else:
-                                decode_record(kind, line, tp.topic, "bench")
-                            records += 1
-        end = time.perf_counter()
-    finally:
-        await consumer.stop()
-    return Measurement(records / (end - launched), records / (end - first))
-
-
 def decode_app(
     script: str, bootstrap: str, group: str, wanted: int, topics: Sequence[str], workdir: Path
 ) -> Measurement:
-    """Rows 2 and 3: a decode-only app in a subprocess; it writes what it read to a result file."""
+    """Rows 1 to 3: a consumer or decode-only app in a process of its own, timed from its launch;
+    it writes what it read to a result file."""
     result = workdir / f"{group}.json"
     logfile = workdir / "logs" / f"{group}.log"
     launched = time.time()
@@ -538,7 +499,7 @@ async def measure(args: argparse.Namespace, files: list[Path], workdir: Path) ->
                 published = await publish(kafka, args, files, n)
                 facts.setdefault("published", {})[n] = published
                 log(f"  {published.records:,} records in {sum(published.messages.values()):,} messages")
-                tps = await kafka.partitions(published.inputs)
+                partitions = collections.Counter(tp.topic for tp in await kafka.partitions(published.inputs))
                 kinds = {
                     published.env[f"FAULTSTREAM_TOPIC_{name}"]: kind for name, kind in INPUT_KINDS.items()
                 }
@@ -549,10 +510,14 @@ async def measure(args: argparse.Namespace, files: list[Path], workdir: Path) ->
                 # speed moved by a third between minutes here) falls on both of its sides.
                 for run in range(args.runs):
                     log(f"  round {run + 1} of {args.runs}:")
-                    m = await bare_consumer(args.kafka, tps, published.records)
+                    label = f"{published.env['FAULTSTREAM_WORKER_APP_ID']}-bare{run}"
+                    specs = [f"{topic}:{count}" for topic, count in partitions.items()]
+                    m = decode_app("bare_consumer.py", args.kafka, label, published.records, specs, workdir)
                     log(f"    bare consumer: {m.launch:,.0f} / {m.steady:,.0f} records/s")
                     results.add("bare", n, m)
-                    m = await bare_consumer(args.kafka, tps, published.records, kinds)
+                    m = decode_app("bare_consumer.py", args.kafka, f"{label}-validated", published.records,
+                                   [f"{topic}:{partitions[topic]}={kind}" for topic, kind in kinds.items()],
+                                   workdir)  # fmt: skip
                     log(f"    bare consumer + validation: {m.launch:,.0f} / {m.steady:,.0f} records/s")
                     results.add("validated", n, m)
                     if facts["quix"] is not None:
@@ -661,7 +626,7 @@ def render(args: argparse.Namespace, results: Results, facts: dict) -> str:
     lines.append(f"{'jobs-by-node copies, records / messages (apart)':<{label_width}}{''.join(cells)}")
     lines.append("")
     lines.append(
-        "launch: from process launch (bare consumer: client start) to the last record; steady: from the "
+        "launch: from process launch to the last record; steady: from the "
         "first message (worker: first commit; embedded: the replay's own seconds; core alone: its loop "
         "over records parsed beforehand). Ratios: the median of the rounds' ratios (every row runs "
         "once a round)."

@@ -13,13 +13,13 @@ The core is pure: no I/O, no clock, no randomness.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from itertools import pairwise
 from typing import Any, cast
 
 from detectors.attribution import HardwareEvent
-from detectors.ecc import EccRow, EccTracker, corrected_errors
+from detectors.ecc import NOTHING_OBSERVED, EccObservation, EccRow, EccTracker, corrected_errors
 from detectors.exposure import ExposureTracker
 from detectors.fleet import (
     APP_XID,
@@ -402,13 +402,13 @@ class DetectionCore:
     def process_ecc(self, sample: EccSample) -> bool:
         """:meth:`process` for an ECC sample, for a caller that knows it has one: nine records in
         ten a cluster sends are samples, and a runtime calling this directly saves the dispatch.
-        Raises what :meth:`process` raises.
+        Raises what :meth:`process` raises. Below, the second sample came past the watermark.
 
         >>> from schemas.records import EccSample
         >>> core = DetectionCore(CoreConfig(allowed_lateness_ms=1_000))
         >>> core.process_ecc(EccSample(ts_ms=5_000, cluster="c", node="n", gpu=0, counters={}))
         True
-        >>> core.process_ecc(EccSample(ts_ms=3_000, cluster="c", node="n", gpu=0, counters={}))  # past the watermark
+        >>> core.process_ecc(EccSample(ts_ms=3_000, cluster="c", node="n", gpu=0, counters={}))
         False
         """
         ts = sample.ts_ms
@@ -421,6 +421,45 @@ class DetectionCore:
             self._see(sample.cluster, sample.node, ts)
         self._process_ecc(sample)
         return True
+
+    def process_ecc_run(self, samples: Sequence[EccSample]) -> tuple[list[int], int | None]:
+        """:meth:`process_ecc` for each of ``samples`` in turn: a worker's merge releases an ECC
+        partition's samples in runs of hundreds, and one call a run saves two calls a sample
+        (~0.15 µs of ~1.5).
+
+        Returns the indices of the samples that came past the watermark (not processed; the
+        caller dead-letters them), and the index of the first sample that needs a fleet reference
+        this core has not learnt (:class:`FleetBaselineMissing`), or None: that sample and the
+        ones after it were not processed, the core changed nothing for them beyond its watermark
+        (the caller holds them and gives them again).
+
+        >>> from schemas.records import EccSample
+        >>> core = DetectionCore(CoreConfig(allowed_lateness_ms=1_000))
+        >>> core.process_ecc_run([EccSample(ts_ms=t, cluster="c", node="n", gpu=0, counters={})
+        ...                       for t in (5_000, 3_000, 6_000)])
+        ([1], None)
+        """
+        late: list[int] = []
+        lateness = self.config.allowed_lateness_ms
+        seen = self._seen
+        observe, jobs_at, fleet_rate = self._ecc.observe, self._jobs.jobs_at, self._fleet_ecc_rate
+        for index, sample in enumerate(samples):
+            ts = sample.ts_ms
+            newest = self.max_event_ms
+            if newest is None or ts > newest:
+                self._advance_to(ts)
+            elif ts < newest - lateness:
+                late.append(index)
+                continue
+            if sample.node not in seen:
+                self._see(sample.cluster, sample.node, ts)
+            try:
+                observed = observe(sample, jobs_at, fleet_rate)
+            except FleetBaselineMissing:
+                return late, index
+            if observed is not NOTHING_OBSERVED:
+                self._apply_observation(sample, observed)
+        return late, None
 
     def drain(self) -> Emitted:
         """Return and forget what was decided since the previous call (with a local fleet stage,
@@ -928,7 +967,11 @@ class DetectionCore:
     # -- ECC -----------------------------------------------------------------------------------
 
     def _process_ecc(self, sample: EccSample) -> None:
-        observed = self._ecc.observe(sample, self._jobs.jobs_at, self._fleet_ecc_rate)
+        self._apply_observation(sample, self._ecc.observe(sample, self._jobs.jobs_at, self._fleet_ecc_rate))
+
+    def _apply_observation(self, sample: EccSample, observed: EccObservation) -> None:
+        """What an ECC sample's observation brought: rule and trend incidents, its stored row,
+        the fleet stage's correctable-error fact."""
         for finding in observed.rules:
             versions = self._incidents.observe(finding)
             self._emitted.incidents.extend(versions)

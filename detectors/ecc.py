@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Final, cast
 
 from detectors.ecc_rules import EccFinding, ecc_step
 from detectors.ecc_trend import EccTrendScorer, ecc_trend_filter
@@ -24,7 +24,7 @@ from schemas.outputs import IncidentKind, Severity
 from schemas.records import EccSample
 from schemas.timeutil import HOUR_MS
 
-__all__ = ["EccObservation", "EccRow", "EccTracker", "JobsAt", "corrected_errors"]
+__all__ = ["NOTHING_OBSERVED", "EccObservation", "EccRow", "EccTracker", "JobsAt", "corrected_errors"]
 
 #: Who runs on a node: the sorted ids of its running jobs (:meth:`detectors.jobs.JobTracker.jobs_at`).
 JobsAt = Callable[[str], tuple[str, ...]]
@@ -77,7 +77,8 @@ class EccObservation:
     row: EccRow | None
 
 
-_NOTHING = EccObservation((), None, None)
+#: What a sample that repeats its GPU's last one brings (the common case), always this object.
+NOTHING_OBSERVED: Final = EccObservation((), None, None)
 
 
 @dataclass(slots=True)
@@ -157,7 +158,7 @@ class EccTracker:
             if store:
                 state.last_stored_ms = sample.ts_ms
         if not rules and trend is None and not store:
-            return _NOTHING  # the common case: a sample that repeats the last one
+            return NOTHING_OBSERVED  # the common case: a sample that repeats the last one
         return EccObservation(rules, trend, EccRow(sample, step.deltas, step.reset) if store else None)
 
     def needs_fleet(self, sample: EccSample) -> bool:

@@ -490,8 +490,9 @@ class EccSample(msgspec.Struct, frozen=True, gc=False, kw_only=True, rename={"ts
     line's fields took ~0.4 µs of the ~1.2 its decoding took. The type annotations are the wire
     checks; constructing a sample checks nothing (as a frozen dataclass's ``__init__`` did not):
     ``from_dict`` and ``from_fields`` validate. Keyword arguments only, ``counters`` required (the
-    wire's ``counters`` is: a decoder must not default it). Not tracked by the garbage collector (``gc=False``):
-    a sample refers to strings, ints and one dict of ints, never to anything that refers back.
+    wire's ``counters`` is: a decoder must not default it). Not tracked by the garbage collector
+    (``gc=False``): a sample refers to strings, ints and one dict of ints, never to anything that
+    refers back.
     """
 
     ts_ms: Annotated[int, msgspec.Meta(ge=TS_MIN_MS, lt=TS_MAX_MS)]

@@ -19,6 +19,7 @@ them (:func:`stream.sinks.dead_letters.to_dead_letter`); late ones are made here
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 import orjson
@@ -123,6 +124,16 @@ class RecordPipeline:
         if self.core.process_ecc(sample):
             return None
         return self.reject_late(sample, self.core.watermark_ms or 0, source)
+
+    def apply_samples(self, samples: Sequence[EccSample], source: str) -> tuple[int, int | None]:
+        """:meth:`apply_sample` for each of ``samples`` in turn (the core's
+        :meth:`~DetectionCore.process_ecc_run`): how many were late (dead-lettered), and the index
+        of the first one that waits for a fleet reference, or None (it and the ones after it were
+        not applied: the caller holds them)."""
+        late, waiting = self.core.process_ecc_run(samples)
+        for index in late:
+            self.reject_late(samples[index], self.core.watermark_ms or 0, source)
+        return len(late), waiting
 
     def reject_late(self, record: Record, watermark_ms: int, source: str) -> DeadLetter:
         """Dead-letter a record that came after ``watermark_ms`` had passed it."""

@@ -216,27 +216,31 @@ class PartitionWorker:
         late = 0
         where = f"partition {self.partition}"
         apply = self.pipeline.apply
-        apply_sample = self.pipeline.apply_sample  # nine records in ten: without the dispatch
+        apply_samples = self.pipeline.apply_samples
         released_any = False
         # Set again by _ready or by a sample's missing reference, if the next record must wait.
         self.waiting_for_fleet = False
         released = self.merger.release_runs(self._ready, _GO_UNASKED)
         for run in released:
             released_any = True
-            try:
-                for item in run:
-                    record = item[0]
-                    if type(record) is EccSample:
-                        if apply_sample(record, where) is not None:
+            waiting: int | None = None  # the index of the run's first record that must wait
+            if type(run[0][0]) is EccSample:  # a run of the ECC partition's: samples only
+                late_in_run, waiting = apply_samples([held[0] for held in run], where)
+                late += late_in_run
+            else:
+                for index, held in enumerate(run):  # an asked record: it comes alone
+                    try:
+                        if apply(held[0], where) is not None:
                             late += 1
-                    elif apply(record, where) is not None:
-                        late += 1
-            except FleetBaselineMissing:
-                # An ECC sample that needs its period's fleet reference (not asked beforehand:
-                # see _ready); the core changed nothing, so it and the rest of its run wait at the
-                # head of the merge.
+                    except FleetBaselineMissing:
+                        waiting = index
+                        break
+            if waiting is not None:
+                # A sample that needs its period's fleet reference (not asked beforehand: see
+                # _ready); the core changed nothing for it, so it and the rest of its run wait at
+                # the head of the merge.
                 released.close()
-                self.merger.hold_back(len(run) - next(i for i, held in enumerate(run) if held is item))
+                self.merger.hold_back(len(run) - waiting)
                 self.waiting_for_fleet = True
                 break
         if released_any:

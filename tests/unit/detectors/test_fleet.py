@@ -11,6 +11,7 @@ protocol the Kafka worker speaks over its fleet topic.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import random
 import zlib
 from dataclasses import dataclass
@@ -137,11 +138,13 @@ def partitioned(
     seed: int,
     ask_ecc: bool = True,
     held_back: list[int] | None = None,
+    ecc_runs: bool = False,
 ) -> Outcome:
     """``partitions`` cores and one fleet stage, run in a random interleaving; now and then a core
     hands over its previous facts and failed runs again. ``ask_ecc=False``: ECC samples are not
     asked :meth:`DetectionCore.ready_for` but processed, and held on ``FleetBaselineMissing`` (the
-    worker's way; ``held_back`` counts those)."""
+    worker's way; ``held_back`` counts those). ``ecc_runs``: consecutive samples go in one
+    :meth:`DetectionCore.process_ecc_run`, as the worker gives a run the merge released."""
     cores = [DetectionCore(config(), owns=Owner(p, partitions), local_fleet=False) for p in range(partitions)]
     fleet = FleetCore(config().fleet_config(), partitions=partitions)
     queues: list[list[Record]] = [[] for _ in range(partitions)]
@@ -180,10 +183,23 @@ def partitioned(
     while any(positions[p] < len(queues[p]) for p in range(partitions)):
         live = [p for p in range(partitions) if positions[p] < len(queues[p])]
         p = rng.choice(live)
-        for _ in range(rng.randint(1, 300)):
-            if positions[p] == len(queues[p]):
-                break
+        budget = rng.randint(1, 300)  # records until the next hand-over
+        while budget > 0 and positions[p] < len(queues[p]):
             record = queues[p][positions[p]]
+            if ecc_runs and isinstance(record, EccSample):
+                rest = itertools.islice(queues[p], positions[p], positions[p] + budget)
+                run = list(itertools.takewhile(lambda r: isinstance(r, EccSample), rest))
+                late, waiting = cores[p].process_ecc_run(run)
+                assert not late
+                done = len(run) if waiting is None else waiting
+                positions[p] += done
+                budget -= done
+                if waiting is None:
+                    continue
+                assert held_back is not None
+                held_back.append(positions[p])
+                break  # the same wait, found by processing the run
+            budget -= 1
             cores[p].advance(record.ts_ms)
             if (ask_ecc or not isinstance(record, EccSample)) and not cores[p].ready_for(record):
                 break  # waits for the other cores' horizons
@@ -272,15 +288,17 @@ def test_partitioned_cores_and_the_fleet_stage_decide_what_one_core_decides(
 
 @pytest.mark.parametrize("name", ["60 nodes x 20 days", "256 nodes x 3 days, degrading"])
 @pytest.mark.parametrize(("partitions", "seed"), [(1, 11), (4, 12)])
+@pytest.mark.parametrize("ecc_runs", [False, True], ids=["one by one", "in runs"])
 def test_ecc_samples_processed_without_asking_first_decide_what_one_core_decides(
-    clusters: dict[str, list[Record]], name: str, partitions: int, seed: int
+    clusters: dict[str, list[Record]], name: str, partitions: int, seed: int, ecc_runs: bool
 ) -> None:
     """The worker does not ask whether an ECC sample needs the fleet's reference: it processes the
-    sample, and holds it when the core raises, having changed nothing. Same decisions."""
+    sample, and holds it when the core raises, having changed nothing; or it gives the core a run
+    of samples, which tells where the first that must wait is. Same decisions."""
     records = clusters[name]
     one = embedded(records)
     held_back: list[int] = []
-    many = partitioned(records, partitions, seed, ask_ecc=False, held_back=held_back)
+    many = partitioned(records, partitions, seed, ask_ecc=False, held_back=held_back, ecc_runs=ecc_runs)
     assert many.incident_facts() == one.incident_facts()
     assert many.attributions == one.attributions
     assert many.mttf_sums() == one.mttf_sums()
