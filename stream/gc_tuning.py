@@ -23,7 +23,10 @@ OLDER_THRESHOLDS = (20, 100)
 
 def tune_for_streaming() -> None:
     """Freeze what exists now (imports, the app, settings: never garbage) out of the collector's
-    walks, and make its collections rarer. Call once, after start-up, before the first record."""
-    gc.collect()
+    walks, and make its collections rarer. Call once, after start-up, before the first record.
+
+    No collection first: a collection once the worker's app was built found 23 unreachable
+    objects among ~90,000 (kept for the process's life once frozen), and took 34-46 ms of every
+    worker's start."""
     gc.freeze()
     gc.set_threshold(YOUNG_THRESHOLD, *OLDER_THRESHOLDS)

@@ -187,21 +187,18 @@ def run_worker(args: argparse.Namespace) -> int:
     from stream.sinks.pending import PendingStore
 
     settings = settings_from_args(args).with_overrides(kafka_bootstrap=args.kafka)
-    # The store's engine starts on a thread while Faust is imported and the broker checked.
-    store = PendingStore(settings)
-    try:
-        from stream.kafka.admin import wait_for_group_coordinator
-        from stream.kafka.security import check_kafka
-        from stream.worker.app import run_worker as run_faust_worker
+    from stream.kafka.admin import wait_for_group_coordinator
+    from stream.kafka.security import check_kafka
+    from stream.worker.app import run_worker as run_faust_worker
 
-        # Faust retries a broker that refuses it for ever, logging tracebacks: check first, fail in
-        # one line.
-        security = asyncio.run(check_kafka(settings))
-        asyncio.run(wait_for_group_coordinator(settings, settings.worker_app_id))
-    except BaseException:
-        store.wait()  # not exiting while the engine is half started
-        raise
-    run_faust_worker(settings, security, store.client)
+    # Faust retries a broker that refuses it for ever, logging tracebacks: check first, fail in
+    # one line.
+    security = asyncio.run(check_kafka(settings))
+    asyncio.run(wait_for_group_coordinator(settings, settings.worker_app_id))
+    # The store's engine starts on a thread while Faust starts and joins the group, mostly waiting
+    # for the broker. Started before the imports above, it slowed them by what it took (~0.3 s:
+    # the two held the interpreter's lock in turn) and the worker's first record came that later.
+    run_faust_worker(settings, security, PendingStore(settings))
     return 0
 
 

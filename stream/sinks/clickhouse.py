@@ -204,23 +204,30 @@ class ClickHouseSink:
     Parameters
     ----------
     client
-        A clickhouse-connect client (chdb or server).
+        A clickhouse-connect client (chdb or server), or None with ``connect``.
     database
         Database holding the tables.
     batch_rows
         :meth:`should_flush` turns true when a partition's batch holds this many rows.
     on_flush
         Called with :class:`FlushStats` after each successful flush (metrics).
+    connect
+        Without ``client``: returns the client, called at the first write (a worker's connection
+        is made while Faust starts: ``stream.cli.kafka``).
     """
 
     def __init__(
         self,
-        client: Client,
+        client: Client | None,
         database: str,
         batch_rows: int = 50_000,
         on_flush: Callable[[FlushStats], None] | None = None,
+        connect: Callable[[], Client] | None = None,
     ) -> None:
-        self.client = client
+        if client is None and connect is None:
+            raise ValueError("ClickHouseSink needs a client, or a way to connect one")
+        self._client = client
+        self._connect = connect
         self.database = database
         self.batch_rows = batch_rows
         self.on_flush = on_flush
@@ -229,6 +236,14 @@ class ClickHouseSink:
         # A table's insert context, made once: made afresh for every insert, it asks the server
         # for the table's column types each time (a query: 3 of a chdb insert's 6 ms).
         self._contexts: dict[str, Any] = {}
+
+    @property
+    def client(self) -> Client:
+        """The client; got from ``connect`` at the first call, if none was given."""
+        if self._client is None:
+            assert self._connect is not None
+            self._client = self._connect()
+        return self._client
 
     def _batch(self, partition: int) -> _Batch:
         batch = self._batches.get(partition)

@@ -1,10 +1,12 @@
 """A store connection made on a thread while the caller starts everything else.
 
-The embedded engine's start (chdb: ~0.3 s, most of it in C++ without the GIL) and the schema check
-then overlap the worker's other start-up work — importing Faust, checking the broker — instead of
-adding to it: every worker start and every failover is that much shorter (docs/kafka.md#failover).
-This module imports no ClickHouse code itself: the thread does, so the caller's thread need not
-wait for it either.
+The embedded engine's start (chdb: ~0.3 s) and the schema check then overlap the worker's other
+start-up work instead of adding to it: every worker start and every failover is that much shorter
+(docs/kafka.md#failover). Only work that waits overlaps it well: most of the engine's start holds
+the interpreter's lock (its import, its library's loading, the schema's statements), so a worker
+starts it once its own imports are done, while Faust starts and joins the group (broker round
+trips); started beside the imports, it slowed them by about what it took. This module imports no
+ClickHouse code itself: the thread does, so the caller's thread need not wait for it either.
 """
 
 from __future__ import annotations
@@ -48,6 +50,10 @@ class PendingStore:
     def wait(self) -> None:
         """Wait until the connection is made or has failed."""
         self._thread.join()
+
+    def failure(self) -> BaseException | None:
+        """What the connection raised, once it has ended (None: connected, or still under way)."""
+        return None if self._thread.is_alive() else self._error
 
     def client(self) -> Client:
         """The connected client (schema applied); raises what connecting raised."""

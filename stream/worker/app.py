@@ -34,13 +34,12 @@ import asyncio
 import contextlib
 import logging
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import faust
 import faust.utils.venusian
-from clickhouse_connect.driver.client import Client
 from faust.tables import TableManager
 
 from stream.gc_tuning import tune_for_streaming
@@ -48,6 +47,7 @@ from stream.kafka.security import KafkaSecurity
 from stream.settings import Settings
 from stream.sinks.clickhouse import ClickHouseSink, FlushStats
 from stream.sinks.dead_letters import DeadLetterLimitExceeded
+from stream.sinks.pending import PendingStore
 from stream.sinks.store import connect
 from stream.worker.fetching import install as install_fair_share
 from stream.worker.joining import RunJoining
@@ -126,10 +126,12 @@ def broker_credentials(security: KafkaSecurity) -> faust.types.auth.CredentialsT
 def build_app(
     settings: Settings,
     security: KafkaSecurity | None = None,
-    store: Callable[[], Client] | None = None,
+    store: PendingStore | None = None,
 ) -> faust.App:
     """The Faust app of a worker, configured from ``settings`` (``security``: already resolved;
-    ``store``: the ClickHouse client, when its connection was started earlier, else connected here)."""
+    ``store``: the ClickHouse connection under way, else connected here). A connection under way
+    goes on while Faust starts and joins the group; the first write waits for it, and an app task
+    stops the worker if it fails."""
     security = security or KafkaSecurity.from_settings(settings)
     datadir = Path(settings.data_dir) / "faust"
     datadir.mkdir(parents=True, exist_ok=True)
@@ -191,8 +193,10 @@ def build_app(
         metrics.sink_flush_seconds.observe(stats.seconds)
         metrics.sink_rows.inc(stats.rows)
 
-    client = store() if store is not None else connect(settings)
-    sink = ClickHouseSink(client, settings.database, settings.sink_batch_rows, on_flush=flushed)
+    client, connecting = (connect(settings), None) if store is None else (None, store.client)
+    sink = ClickHouseSink(
+        client, settings.database, settings.sink_batch_rows, on_flush=flushed, connect=connecting
+    )
     runtime = WorkerRuntime(app, settings, topics, sink, metrics)
 
     def crash_on_error(agent: Any) -> Any:
@@ -266,6 +270,19 @@ def build_app(
     async def connect_checkpoints() -> None:
         await runtime.connect_checkpoints()
 
+    if store is not None:
+
+        @app.task
+        async def store_connected() -> None:
+            # The engine starts on its thread while Faust starts (~0.3 s of chdb's start, which
+            # slowed the imports beside it by as much); a failure stops the worker at once, as it
+            # did when the connection was waited for before the app was built.
+            await asyncio.to_thread(store.wait)
+            failure = store.failure()
+            if failure is not None:
+                _log.error("stopping the worker: %s", failure)
+                await app.crash(failure)
+
     @app.task
     async def refresh() -> None:
         # The broker requests of the timer, in a loop of their own: without the agent's lock, and
@@ -320,9 +337,10 @@ def build_app(
 def run_worker(
     settings: Settings,
     security: KafkaSecurity | None = None,
-    store: Callable[[], Client] | None = None,
+    store: PendingStore | None = None,
 ) -> None:
-    """Run a worker until it is stopped (``faultstream worker``)."""
+    """Run a worker until it is stopped (``faultstream worker``). A store connection that failed
+    is raised once the worker has stopped (the command's exit code says ClickHouse)."""
     with _without_scan_marks():
         app = build_app(settings, security, store)
         tune_for_streaming()
@@ -330,4 +348,10 @@ def run_worker(
         # 0.0.0.0:6066, which two workers on one host cannot share. The worker's start still
         # declares Faust's web pages (unserved), each marked for the scan too (0.06 s).
         sys.argv = ["faultstream-worker", "worker", "-l", "warn", "--without-web"]
-        app.main()
+        try:
+            app.main()
+        except SystemExit:
+            failure = None if store is None else store.failure()
+            if failure is not None:
+                raise failure from None
+            raise

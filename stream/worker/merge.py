@@ -78,9 +78,10 @@ class _Source:
         else:
             bisect.insort(held, entry, lo=self.head)  # (event time, arrival) is unique: items never compared
 
-    def hold_many(self, entries: list[tuple[int, int, float, Any]]) -> None:
+    def hold_many(self, entries: list[tuple[int, int, float, Any]]) -> int:
         """:meth:`hold` each of ``entries`` (in arrival order): in one call when they come in order
-        after what is held, as a source's records nearly always do."""
+        after what is held, as a source's records nearly always do. Returns their newest event
+        time (the one pass over them finds it)."""
         held = self.held
         last_ms = held[-1][0] if len(held) > self.head else -(2**63)
         for entry in entries:
@@ -89,9 +90,10 @@ class _Source:
             last_ms = entry[0]
         else:
             held.extend(entries)
-            return
+            return entries[-1][0] if entries else last_ms
         for entry in entries:
             self.hold(entry)
+        return max(entry[0] for entry in entries)
 
     def compact(self) -> None:
         """Drop the released items once they are many and half of the list."""
@@ -163,9 +165,10 @@ class EventTimeMerger(Generic[T]):
         if not items:
             return
         state, now = self._arrive(source)
-        state.newest_ms = max(state.newest_ms, max(ts_ms for ts_ms, _ in items))
         arrivals = self._arrivals
-        state.hold_many([(ts_ms, next(arrivals), now, item) for ts_ms, item in items])
+        newest_ms = state.hold_many([(ts_ms, next(arrivals), now, item) for ts_ms, item in items])
+        if newest_ms > state.newest_ms:
+            state.newest_ms = newest_ms
 
     def _progress(self) -> tuple[int | None, list[tuple[int, float]]]:
         """The low watermark of the active sources (None: all are idle), and (newest event time,
