@@ -179,6 +179,32 @@ def test_a_bad_deploy_stops_the_worker_loudly(bootstrap: str, tmp_path: Path) ->
     kafka.delete_deployment_topics(env)
 
 
+def test_a_store_that_cannot_be_reached_stops_the_worker_with_the_stores_exit_code(
+    bootstrap: str, tmp_path: Path
+) -> None:
+    """The store connects while Faust starts (not before): its failure still stops the worker,
+    says why, and exits with the code of a store failure."""
+    import socket
+
+    from stream.cli.common import EXIT_STORE
+
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    prefix = f"s{uuid.uuid4().hex[:8]}"
+    env = kafka.deployment_env(bootstrap, prefix, 1, FAULTSTREAM_DATA_DIR=str(tmp_path / "worker-data"))
+    cli(env, "init-kafka")
+    worker = subprocess.run(
+        [sys.executable, "-m", "stream.cli", "worker", "--clickhouse", f"http://127.0.0.1:{port}/"],
+        env={**os.environ, **env}, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert worker.returncode == EXIT_STORE, worker.stderr[-3000:]
+    assert (
+        f"faultstream: ClickHouse: cannot connect to ClickHouse at http://127.0.0.1:{port}/" in worker.stderr
+    )
+    kafka.delete_deployment_topics(env)
+
+
 def test_unknown_xids_are_kept_and_far_late_events_dead_lettered(bootstrap: str, tmp_path: Path) -> None:
     prefix = f"u{uuid.uuid4().hex[:8]}"
     env = kafka.deployment_env(bootstrap, prefix, 1, FAULTSTREAM_DATA_DIR=str(tmp_path / "worker-data"))
