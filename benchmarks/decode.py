@@ -39,6 +39,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import orjson
 
 from schemas.records import RECORD_KIND, EccSample, InvalidRecord, JobEvent, Record, XidEvent
@@ -91,7 +92,8 @@ def _serialise(records: Sequence[Record], form: str) -> list[bytes]:
         document: dict[str, Any] = record.to_dict() if form == "iso" else record.to_wire()
         line = orjson.dumps(document)
         back = _PARSERS[RECORD_KIND[type(record)]](orjson.loads(line), _SOURCE)
-        if back != dataclasses.replace(record, source=_SOURCE):
+        replace = msgspec.structs.replace if isinstance(record, msgspec.Struct) else dataclasses.replace
+        if back != replace(record, source=_SOURCE):
             raise SystemExit(f"{form} form does not round-trip: {record} -> {line!r} -> {back}")
         lines.append(line)
     return lines

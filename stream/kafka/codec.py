@@ -86,15 +86,24 @@ _ECC_WIRE = msgspec.json.Decoder(_EccWire)
 _ECC_SAMPLES = msgspec.json.Decoder(EccSample)
 
 
+def _iso_times(line: bytes) -> bool:
+    """Whether a line spells ``ts`` as a string: a quote after the key can only be that, as a
+    quote inside a JSON string is escaped. Only a route: either decoder validates."""
+    return b'"ts":"' in line or b'"ts": "' in line
+
+
 def _decode_ecc_wire(value: bytes, source: str) -> EccSample | None:
     """The sample of a wire-form line, or None if anything about it needs the full validator
     (another form of a field, a value out of range, not JSON): that one decides, and names the
-    fault, so every dead letter's reason is the same whichever path read the line."""
-    try:
-        samples, _ = finish_decoded_ecc_samples([_ECC_SAMPLES.decode(value)], source, None)
-        return samples[0]
-    except (msgspec.DecodeError, ValueError):  # ValueError: bytes that are not UTF-8
-        pass  # perhaps ``ts`` in ISO-8601: the wire form's other spelling
+    fault, so every dead letter's reason is the same whichever path read the line. A line of
+    integer times decodes straight into its sample; one of ISO-8601 times (the wire form's other
+    spelling) into its fields, then the sample (a failed first try cost ~1 µs a line)."""
+    if not _iso_times(value):
+        try:
+            samples, _ = finish_decoded_ecc_samples([_ECC_SAMPLES.decode(value)], source, None)
+            return samples[0]
+        except (msgspec.DecodeError, ValueError):  # ValueError: bytes that are not UTF-8
+            pass
     try:
         wire = _ECC_WIRE.decode(value)
     except (msgspec.DecodeError, ValueError):
@@ -304,15 +313,23 @@ def _decode_ecc_message(
     lines = value.split(b"\n")
     if not lines[-1] and joined_from is None:
         lines.pop()  # a final newline ends the last line (a joined message's last line is a record)
-    try:
-        decoded_samples = _ECC_SAMPLES.decode_lines(value)
-    except (msgspec.DecodeError, ValueError):  # ValueError: bytes that are not UTF-8
-        return None  # a line not in the publishers' form (an ISO time, a bad line): line by line
-    if len(decoded_samples) != len(lines):
-        return None  # blank lines: their numbers count, and the line-by-line path keeps them
     # A line's location, as message_lines names it: "offset O line i", or a joined line's own offset.
     where, first = (f"offset {offset} line ", 1) if joined_from is None else ("offset ", joined_from)
-    samples, refused = finish_decoded_ecc_samples(decoded_samples, f"{source}:{where}", first)
+    samples: list[EccSample | None]
+    try:
+        if _iso_times(lines[0]):  # a producer's messages spell their times one way
+            wires = _ECC_WIRE.decode_lines(value)  # ISO-8601 times: the fields, then each sample
+            if len(wires) != len(lines):
+                return None  # blank lines: their numbers count, and the line-by-line path keeps them
+            samples = [_ecc_sample_of(wire, f"{source}:{where}{first + i}") for i, wire in enumerate(wires)]
+            refused = samples.count(None)
+        else:
+            decoded_samples = _ECC_SAMPLES.decode_lines(value)
+            if len(decoded_samples) != len(lines):
+                return None
+            samples, refused = finish_decoded_ecc_samples(decoded_samples, f"{source}:{where}", first)
+    except (msgspec.DecodeError, ValueError):  # ValueError: bytes that are not UTF-8
+        return None  # a line neither decoder's types accept: line by line, each line decided alone
     decoded: list[tuple[Record | InvalidRecord, bytes]] = list(zip(samples, lines, strict=True))
     if refused:
         for index, (sample, line) in enumerate(decoded):
