@@ -29,6 +29,7 @@ __all__ = [
     "RECORD_KIND",
     "XID_DEVICES",
     "EccSample",
+    "EccWireCounters",
     "InvalidRecord",
     "JobEvent",
     "JobState",
@@ -467,11 +468,11 @@ def _is_blank(count: int) -> bool:
 
 
 if TYPE_CHECKING:
-    _SampleCounters = Mapping[str, int]
+    EccWireCounters = Mapping[str, int]
 else:
-    # What a typed JSON decoder holds a sample's counters to (see EccSample), checked in C: a known
-    # name, a value no DCGM blank can be. Type checkers see the mapping every parser builds.
-    _SampleCounters = dict[
+    #: A sample's counters as a typed JSON decoder holds them (see EccSample), checked in C: a
+    #: known name, a value no DCGM blank can be. Type checkers see the mapping every parser builds.
+    EccWireCounters = dict[
         Literal[tuple(ECC_COUNTERS)], Annotated[int, msgspec.Meta(ge=0, lt=ECC_PLAIN_COUNT_LIMIT)]
     ]
 
@@ -500,7 +501,7 @@ class EccSample(msgspec.Struct, frozen=True, gc=False, kw_only=True, rename={"ts
     node: str
     gpu: Annotated[int, msgspec.Meta(ge=0, le=MAX_UINT16)] | None = None
     pci_bus_id: str = ""
-    counters: _SampleCounters
+    counters: EccWireCounters
     source: str = ""
 
     @property
