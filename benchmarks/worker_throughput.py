@@ -118,8 +118,6 @@ POLL_SECONDS = 0.05
 #: partition with nothing left to read before it decides the last periods (the setting's default,
 #: 30 s, leaves a live publisher time to reach every partition; the tests use 5 s).
 FLEET_IDLE_SECONDS = 1.0
-#: The worker's fetch size of an input partition (its default), used by every consumer row.
-FETCH_PARTITION_BYTES = Settings().worker_fetch_partition_bytes
 #: Input topic setting -> the record kind its lines decode to.
 INPUT_KINDS = {"XID": "xid", "ECC": "ecc", "JOBS": "job"}
 #: The topic a Faust app (worker or decode-only agent) creates for its group's leader election.

@@ -112,21 +112,15 @@ class RecordPipeline:
         ``source`` names where the record came from (a file, a topic partition), for the letter.
         """
         if isinstance(record, EccSample):  # stored downsampled, from the rows the core emits
-            return self.apply_sample(record, source)
-        if self.core.process(record):
+            if self.core.process_ecc(record):
+                return None
+        elif self.core.process(record):
             self.sink.add(record, self.batch)
             return None
         return self.reject_late(record, self.core.watermark_ms or 0, source)
 
-    def apply_sample(self, sample: EccSample, source: str) -> DeadLetter | None:
-        """:meth:`apply` for an ECC sample, for a caller that knows it has one (the worker's
-        merge releases runs of them): the core's :meth:`~DetectionCore.process_ecc`, no sink."""
-        if self.core.process_ecc(sample):
-            return None
-        return self.reject_late(sample, self.core.watermark_ms or 0, source)
-
     def apply_samples(self, samples: Sequence[EccSample], source: str) -> tuple[int, int | None]:
-        """:meth:`apply_sample` for each of ``samples`` in turn (the core's
+        """:meth:`apply` for each of ``samples`` in turn (the core's
         :meth:`~DetectionCore.process_ecc_run`): how many were late (dead-lettered), and the index
         of the first one that waits for a fleet reference, or None (it and the ones after it were
         not applied: the caller holds them)."""

@@ -309,21 +309,21 @@ def _decode_ecc_message(
         lines.pop()  # a final newline ends the last line (a joined message's last line is a record)
     # A line's location, as message_lines names it: "offset O line i", or a joined line's own offset.
     where, first = (f"offset {offset} line ", 1) if joined_from is None else ("offset ", joined_from)
-    samples: list[EccSample | None]
+    # A producer's messages spell their times one way: ISO-8601 ones decode into fields, then
+    # each sample; integer ones straight into samples.
+    iso = _iso_times(lines[0])
     try:
-        if _iso_times(lines[0]):  # a producer's messages spell their times one way
-            wires = _ECC_WIRE.decode_lines(value)  # ISO-8601 times: the fields, then each sample
-            if len(wires) != len(lines):
-                return None  # blank lines: their numbers count, and the line-by-line path keeps them
-            samples = [_ecc_sample_of(wire, f"{source}:{where}{first + i}") for i, wire in enumerate(wires)]
-            refused = samples.count(None)
-        else:
-            decoded_samples = _ECC_SAMPLES.decode_lines(value)
-            if len(decoded_samples) != len(lines):
-                return None
-            samples, refused = finish_decoded_ecc_samples(decoded_samples, f"{source}:{where}", first)
+        parsed = (_ECC_WIRE if iso else _ECC_SAMPLES).decode_lines(value)
     except (msgspec.DecodeError, ValueError):  # ValueError: bytes that are not UTF-8
-        return None  # a line neither decoder's types accept: line by line, each line decided alone
+        return None  # a line the decoder's types refuse: line by line, each line decided alone
+    if len(parsed) != len(lines):
+        return None  # blank lines: their numbers count, and the line-by-line path keeps them
+    samples: list[EccSample | None]
+    if iso:
+        samples = [_ecc_sample_of(wire, f"{source}:{where}{first + i}") for i, wire in enumerate(parsed)]
+        refused = samples.count(None)
+    else:
+        samples, refused = finish_decoded_ecc_samples(parsed, f"{source}:{where}", first)
     decoded: list[tuple[Record | InvalidRecord, bytes]] = list(zip(samples, lines, strict=True))
     if refused:
         for index, (sample, line) in enumerate(decoded):
