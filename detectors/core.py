@@ -590,7 +590,7 @@ class DetectionCore:
             # horizon passes them, after every fact before them.
             horizon = watermark - self.config.attribution_after_ms
             due = fleet.next_instant_ms
-            if due is None or horizon > due:
+            if due is None or horizon >= due:
                 fleet.advance(0, horizon)
 
     def _run_due(self, instant: int, closing: bool) -> None:

@@ -451,13 +451,17 @@ class FleetCore:
     # -- time ----------------------------------------------------------------------------------
 
     def _run_to(self, horizon: int | None) -> None:
-        if horizon is None or (self._applied_to is not None and horizon <= self._applied_to):
-            return
+        if horizon is None or (self._applied_to is not None and horizon < self._applied_to):
+            return  # (at the horizon applied to: an instant there, undecided by an older stage)
         period = self.config.baseline_period_ms
         every = self.config.lemon.evaluate_every_ms
         ecc_period = self.config.ecc_reference_period_ms
         if self._applied_to is None:
-            first = self._pending[0].ts_ms if self._pending else horizon
+            # The first instants lie at or before the horizon, never after it: a core whose next
+            # record waits for the first decision pins its horizon there (a sample 10 minutes past
+            # midnight whose lateness and attribution window add up to 10: a month of 10-minute
+            # scrapes waited for good for a boundary at midnight, its facts' day).
+            first = min(self._pending[0].ts_ms, horizon) if self._pending else horizon
             self._next_lemon_ms = first - first % every + every
             self._next_boundary_ms = first - first % period
         if self._next_ecc_ms is None:
@@ -471,8 +475,8 @@ class FleetCore:
         # evaluation, each after the facts before it.
         while True:
             instant = min(self._next_lemon_ms, self._next_boundary_ms, self._next_ecc_ms)
-            if instant >= horizon:
-                break
+            if instant > horizon:
+                break  # at the horizon every fact before the instant is in: it is decided
             self._apply_before(instant)
             if instant == self._next_ecc_ms:
                 self._decide_ecc_reference(instant)

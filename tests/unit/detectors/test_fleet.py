@@ -157,6 +157,9 @@ def partitioned(
     out = Outcome.empty()
     rng = random.Random(seed)
     positions = [0] * partitions
+    for p in range(partitions):
+        if not queues[p]:
+            fleet.idle(p)  # a partition with nothing to read (the worker says so after a while)
 
     sent: list[tuple[list[FleetFact], list[JobPart]]] = [([], []) for _ in range(partitions)]
 
@@ -180,9 +183,20 @@ def partitioned(
         for core in cores:
             core.learn_baselines(decided.baselines, decided.ecc_references)
 
+    # Liveness: a record waits only for what will come. Once every core with records left has
+    # handed over without moving, nothing can move any more: a deadlock, which the worker's merge
+    # would hold for good.
+    stuck: set[int] = set()
     while any(positions[p] < len(queues[p]) for p in range(partitions)):
         live = [p for p in range(partitions) if positions[p] < len(queues[p])]
+        if stuck.issuperset(live):
+            waiting = {p: (queues[p][positions[p]].ts_ms, cores[p].fleet_horizon_ms) for p in live}
+            raise AssertionError(
+                f"deadlock: every core waits (next record, horizon): {waiting}; the stage's horizon "
+                f"{fleet.horizon_ms}, next instant {fleet.next_instant_ms}"
+            )
         p = rng.choice(live)
+        before = positions[p]
         budget = rng.randint(1, 300)  # records until the next hand-over
         while budget > 0 and positions[p] < len(queues[p]):
             record = queues[p][positions[p]]
@@ -212,6 +226,10 @@ def partitioned(
                 break  # the same wait, found by processing
             positions[p] += 1
         hand_over(p)
+        if positions[p] > before:
+            stuck.clear()  # a decision that moved one core may move the others
+        else:
+            stuck.add(p)
     # End of input: every core finishes, then the stage stops waiting for any of them.
     # The end of the input is the last event of any partition (one core's own last event).
     end = max(core.max_event_ms for core in cores if core.max_event_ms is not None)
@@ -304,6 +322,55 @@ def test_ecc_samples_processed_without_asking_first_decide_what_one_core_decides
     assert many.mttf_sums() == one.mttf_sums()
     if "degrading" in name:  # its GPUs degrade before they have a past of their own
         assert held_back  # samples did wait for the reference, found by processing them
+
+
+@pytest.fixture(scope="module")
+def dense_month(tmp_path_factory: pytest.TempPathFactory) -> list[Record]:
+    """A month of 10-minute DCGM scrapes (what a replay of a month of history or a catch-up after
+    an outage holds), with a fifth of the GPUs correcting errors every few minutes from the first scrape on: their
+    samples need the fleet's ECC reference from the history's first hour."""
+    folder = tmp_path_factory.mktemp("dense")
+    simulate(
+        SimulationConfig(
+            nodes=12, days=30, seed=7, ecc_interval_minutes=10, sbe_gpu_fraction=0.2, sbe_rate_per_day=96
+        ),
+        folder,
+    )
+    return records_of(folder)
+
+
+@pytest.mark.parametrize(("partitions", "seed"), [(1, 21), (4, 22), (8, 23)])
+def test_a_dense_month_drains_on_any_partitioning_and_decides_what_one_core_decides(
+    dense_month: list[Record], partitions: int, seed: int
+) -> None:
+    """Liveness: every record waits only for a decision that will come. A sample ten minutes
+    past the history's first midnight pins its core's horizon at midnight (lateness and the
+    attribution window add up to ten minutes), and the stage's first instants were at midnight
+    too, decided only once a horizon passed them: every core waited for good."""
+    one = embedded(dense_month)
+    held_back: list[int] = []
+    many = partitioned(dense_month, partitions, seed, ask_ecc=False, held_back=held_back, ecc_runs=True)
+    if partitions > 1:
+        assert held_back  # samples did wait for the other cores' horizons
+    assert many.incident_facts() == one.incident_facts()
+    assert many.attributions == one.attributions
+    assert many.mttf_sums() == one.mttf_sums()
+
+
+def test_the_stage_decides_an_instant_its_horizon_has_reached() -> None:
+    """The horizon is the time before which no more facts come: an instant at it is decided (all
+    facts before it are in), and the first instants are never after the first horizon."""
+    fleet = FleetCore(config().fleet_config(), partitions=1)
+    midnight = 20 * DAY_MS
+    fleet.add(0, [FleetFact(midnight, ECC_SBE, "n1", key="0000:07:00", value=3)])
+    fleet.advance(0, midnight)
+    assert fleet.ecc_reference(midnight) == NO_ECC_REFERENCE  # the first hour's: decided
+    assert fleet.baseline(midnight) == 0.0
+    later = FleetCore(config().fleet_config(), partitions=1)
+    later.add(0, [FleetFact(midnight + 5 * 60_000, ECC_SBE, "n1", key="0000:07:00", value=3)])
+    later.advance(0, midnight - 5 * 60_000)  # the facts come after the horizon: days start before it
+    assert later.ecc_reference(midnight) is not None
+    assert later.baseline(midnight) is not None
 
 
 def test_the_simulated_clusters_have_lemons_storms_and_cross_partition_jobs(
