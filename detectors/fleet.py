@@ -70,6 +70,7 @@ __all__ = [
     "FAILED_APPLICATION",
     "FAILED_HARDWARE",
     "FAILED_UNKNOWN",
+    "FROM_THE_START",
     "NO_ECC_REFERENCE",
     "FleetConfig",
     "FleetCore",
@@ -90,6 +91,8 @@ ECC_FLAGGED = "flagged"
 #: its first two periods, its first 12 hours of errors, or fewer than ``ecc_reference_min_gpus``
 #: GPUs corrected an error.
 NO_ECC_REFERENCE = -1.0
+#: A core's checkpointed horizon when it has no checkpoint yet: a restart hands everything over again.
+FROM_THE_START = -(2**62)
 
 #: Why a failed job failed (``value`` of a ``failed_job`` fact): no evidence either way (or a fact
 #: of a worker from before job-aware verdicts), hardware evidence on its nodes, or application-class
@@ -289,6 +292,9 @@ class FleetCore:
         self.partitions = partitions
         self._horizons: dict[int, int] = {}
         self._idle: set[int] = set()
+        #: Per core that says it, the horizon of its newest checkpoint: what a restarted core hands
+        #: over again follows it, so a run it could repeat is remembered as decided.
+        self._checkpointed: dict[int, int] = {}
         self._pending: list[FleetFact] = []  # a heap: facts not applied yet
         self._queued: set[FleetFact] = set()  # the same, to drop repeats
         self._applied_to: int | None = None  # every fact before this time is applied
@@ -344,6 +350,7 @@ class FleetCore:
         """Unpickle, also a checkpoint from before job-aware verdicts and per-GPU peaks: their state
         starts empty (the per-GPU bound on the storm baseline stays off: it would count only the
         bursts after the restart), and configuration fields added since take their defaults."""
+        state.setdefault("_checkpointed", {})
         if "_gpu_maxima" not in state:
             state["_gpu_peak"], state["_gpu_maxima"] = {}, None
         config = state["config"]
@@ -395,8 +402,12 @@ class FleetCore:
             self._decided[key] = part.end_ms
             self._attribute(parts)
 
-    def advance(self, partition: int, horizon_ms: int) -> None:
-        """Core ``partition`` hands over no more facts before ``horizon_ms``."""
+    def advance(self, partition: int, horizon_ms: int, checkpointed_ms: int | None = None) -> None:
+        """Core ``partition`` hands over no more facts before ``horizon_ms``; ``checkpointed_ms``:
+        the horizon of its newest checkpoint (:data:`FROM_THE_START` before its first), after
+        which a restart of it hands over again what it handed over (None: not said)."""
+        if checkpointed_ms is not None:
+            self._checkpointed[partition] = checkpointed_ms
         self._idle.discard(partition)
         if horizon_ms > self._horizons.get(partition, -(2**62)):
             self._horizons[partition] = horizon_ms
@@ -417,6 +428,16 @@ class FleetCore:
         if any(p not in self._horizons for p in waiting):
             return None
         return min(self._horizons[p] for p in waiting)
+
+    def holding_back(self) -> list[int]:
+        """The cores the stage waits for: those not heard of yet, else those at the lowest horizon
+        (none while every core is idle). What an operator looks at when a decision does not come."""
+        waiting = [p for p in range(self.partitions) if p not in self._idle]
+        unheard = [p for p in waiting if p not in self._horizons]
+        if unheard or not waiting:
+            return unheard
+        lowest = min(self._horizons[p] for p in waiting)
+        return [p for p in waiting if self._horizons[p] == lowest]
 
     def baseline(self, period_start_ms: int) -> float | None:
         """The storm baseline from ``period_start_ms`` on; None until it is decided (0.0 for the
@@ -492,8 +513,10 @@ class FleetCore:
                 value = self._usual_burst()
                 self._baselines[instant + period] = self._out.baselines[instant + period] = value
                 self._next_boundary_ms = instant + period
-                # A core restarted from its last checkpoint repeats recent decisions only.
-                self._decided = {k: end for k, end in self._decided.items() if end >= instant - 2 * period}
+                # A core restarted from its newest checkpoint hands over again the runs it decided
+                # since: those are remembered as decided for as long as a core may repeat them.
+                forget = min([instant - 2 * period, *self._checkpointed.values()])
+                self._decided = {k: end for k, end in self._decided.items() if end >= forget}
             else:
                 self._out.incidents.extend(self._incidents.resolve_idle(instant))
                 self._evaluate_lemons(instant)

@@ -107,6 +107,12 @@ class Settings:
         "127.0.0.1:9092",
         "Kafka bootstrap servers (host:port, comma-separated) for init-kafka, replay --to, worker, tail.",
     )
+    kafka_wait_seconds: float = setting(
+        0.0,
+        "How long worker, notify, tail, replay --to and init-kafka wait for a Kafka broker that does not "
+        "answer (down, starting), trying again with backoff and saying so every 30 s; 0: as long as it "
+        "takes. A broker that refuses the login or certificate, or an unknown host name, fails at once.",
+    )
     kafka_security_protocol: str = setting(
         "PLAINTEXT",
         "How every Kafka client connects: `PLAINTEXT`, `SSL` (TLS; with a client certificate if "
@@ -226,6 +232,15 @@ class Settings:
         "Worker: an input partition with nothing left to read tells the fleet stage not to wait for it "
         "after this long (records it gets later that are older than the stage's horizon are not "
         "counted in the fleet statistics); long enough for a replay's publisher to reach every partition.",
+    )
+    worker_fleet_wait_seconds: float = setting(
+        900.0,
+        "Worker: a record that has waited this long for a decision of the fleet stage (a storm "
+        "baseline, an ECC reference), while the stage decided nothing, goes without it, loudly (an "
+        "ERROR line, faultstream_fleet_decided_without_total; results may then differ from a "
+        "replay's); a warning comes after a quarter of it. On a healthy group such waits end by "
+        "themselves within seconds; this ends one whose cause is outside the workers' reach (no worker "
+        "owns input partition 0, say). 0: wait as long as it takes.",
     )
     worker_session_timeout_seconds: float = setting(
         10.0,

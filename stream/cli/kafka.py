@@ -160,10 +160,11 @@ def run_init_kafka(args: argparse.Namespace) -> int:
     import asyncio
 
     from stream.kafka.admin import create_topics
-    from stream.kafka.security import check_kafka
+    from stream.kafka.reachable import wait_for_kafka
 
     settings = Settings.from_env(kafka_bootstrap=args.kafka)
-    asyncio.run(check_kafka(settings))  # a wrong password or certificate: one line, at once
+    # A wrong password or certificate: one line, at once; a broker not up yet: waited for.
+    asyncio.run(wait_for_kafka(settings, "init-kafka"))
     for topic, outcome in asyncio.run(create_topics(settings)):
         sys.stdout.write(f"{topic}: {outcome}\n")
     return 0
@@ -188,17 +189,22 @@ def run_worker(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args).with_overrides(kafka_bootstrap=args.kafka)
     from stream.kafka.admin import wait_for_group_coordinator
-    from stream.kafka.security import check_kafka
+    from stream.kafka.reachable import wait_for_kafka
     from stream.worker.app import run_worker as run_faust_worker
+    from stream.worker.metrics import WorkerMetrics
 
+    # Served from the start: a worker waiting for its broker says so on /metrics too.
+    metrics = WorkerMetrics()
+    if settings.metrics_port:
+        metrics.serve(settings.metrics_host, settings.metrics_port)
     # Faust retries a broker that refuses it for ever, logging tracebacks: check first, fail in
-    # one line.
-    security = asyncio.run(check_kafka(settings))
+    # one line; a broker that does not answer yet is waited for, with a line now and then.
+    security = asyncio.run(wait_for_kafka(settings, "the worker", waiting=metrics.kafka_wait.set))
     asyncio.run(wait_for_group_coordinator(settings, settings.worker_app_id))
     # The store's engine starts on a thread while Faust starts and joins the group, mostly waiting
     # for the broker. Started before the imports above, it slowed them by what it took (~0.3 s:
     # the two held the interpreter's lock in turn) and the worker's first record came that later.
-    run_faust_worker(settings, security, PendingStore(settings))
+    run_faust_worker(settings, security, PendingStore(settings), metrics)
     return 0
 
 
@@ -217,12 +223,13 @@ def run_tail(args: argparse.Namespace) -> int:
     """
     import asyncio
 
-    from stream.kafka.security import KafkaAccessError, check_kafka, client_options
+    from stream.kafka.reachable import wait_for_kafka
+    from stream.kafka.security import KafkaAccessError, client_options
     from stream.kafka.tail import IncidentFilter, TailError, TailOptions, parse_since, run, want_colour
 
     settings = Settings.from_env(kafka_bootstrap=args.kafka)
     try:
-        security = asyncio.run(check_kafka(settings))
+        security = asyncio.run(wait_for_kafka(settings, "tail"))
         kafka = client_options(settings, security)
         options = TailOptions(
             bootstrap=kafka.pop("bootstrap_servers"),
@@ -265,6 +272,16 @@ def run_notify(args: argparse.Namespace) -> int:
             "or FAULTSTREAM_ALERTMANAGER_URL)\n"
         )
         return EXIT_USAGE
+    import asyncio
+
+    from stream.kafka.reachable import wait_for_kafka
+    from stream.kafka.security import KafkaAccessError
+
+    try:
+        asyncio.run(wait_for_kafka(settings, "notify"))
+    except KafkaAccessError as exc:
+        sys.stderr.write(f"faultstream notify: error: {exc}\n")
+        return EXIT_KAFKA
     options = NotifyOptions(
         bootstrap=settings.kafka_bootstrap,
         topic=args.topic or settings.topic_incidents,

@@ -181,9 +181,10 @@ def _publish(args: argparse.Namespace, settings: Settings, options: ParseOptions
     import asyncio
 
     from stream.kafka.publish import publish
-    from stream.kafka.security import check_kafka
+    from stream.kafka.reachable import wait_for_kafka
 
-    asyncio.run(check_kafka(settings))  # a wrong password or certificate: one line, at once
+    # A wrong password or certificate: one line, at once; a broker not up yet: waited for.
+    asyncio.run(wait_for_kafka(settings, "replay --to"))
     bar, update = progress_bar(args.progress)
     try:
         summary = asyncio.run(

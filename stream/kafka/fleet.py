@@ -1,7 +1,8 @@
 """The fleet topics' messages: what input partitions hand the fleet stage, and its baselines.
 
 ``fleet`` (one partition) carries, per input partition and commit point, one or more JSON
-messages ``{"partition": p, "horizon": ms | null, "idle": bool, "facts": [...], "jobs": [...]}``
+messages ``{"partition": p, "horizon": ms | null, "idle": bool, "checkpointed": ms | null, "facts": [...],
+"jobs": [...]}``
 (:class:`detectors.fleet.FleetFact` as arrays, :class:`detectors.fleet.JobPart` as objects).
 ``fleet-baselines`` (one partition) carries ``{"baselines": {"<period start ms>": value}}``.
 Both are internal: only workers write and read them.
@@ -61,6 +62,9 @@ class FleetMessage:
     idle: bool = False
     facts: list[FleetFact] = field(default_factory=list)
     jobs: list[JobPart] = field(default_factory=list)
+    #: The horizon of the partition's newest checkpoint (:data:`~detectors.fleet.FROM_THE_START`:
+    #: none yet); None from a worker that does not say it.
+    checkpointed_ms: int | None = None
 
 
 def _fact(fact: FleetFact) -> list[Any]:
@@ -92,9 +96,11 @@ def encode_fleet_messages(
     jobs: Sequence[JobPart],
     *,
     idle: bool = False,
+    checkpointed_ms: int | None = None,
 ) -> Iterator[bytes]:
     """The messages of one hand-over; the horizon rides on the last one (the stage must have
-    every fact before it moves the partition's horizon)."""
+    every fact before it moves the partition's horizon), and so does ``checkpointed_ms``, the
+    horizon of the partition's newest checkpoint (what a restart may hand over again follows it)."""
     chunks = max((len(facts) + _FACTS_PER_MESSAGE - 1) // _FACTS_PER_MESSAGE,
                  (len(jobs) + _PARTS_PER_MESSAGE - 1) // _PARTS_PER_MESSAGE, 1)  # fmt: skip
     for chunk in range(chunks):
@@ -104,6 +110,7 @@ def encode_fleet_messages(
                 "partition": partition,
                 "horizon": horizon_ms if last else None,
                 "idle": idle and last,
+                "checkpointed": checkpointed_ms if last else None,
                 "facts": [_fact(f) for f in facts[chunk * _FACTS_PER_MESSAGE :][:_FACTS_PER_MESSAGE]],
                 "jobs": [_part(p) for p in jobs[chunk * _PARTS_PER_MESSAGE :][:_PARTS_PER_MESSAGE]],
             }
@@ -139,9 +146,14 @@ def decode_fleet_message(value: bytes) -> FleetMessage:
         )
         for j in doc["jobs"]
     ]
-    horizon = doc.get("horizon")
+    horizon, checkpointed = doc.get("horizon"), doc.get("checkpointed")
     return FleetMessage(
-        int(doc["partition"]), None if horizon is None else int(horizon), bool(doc.get("idle")), facts, jobs
+        int(doc["partition"]),
+        None if horizon is None else int(horizon),
+        bool(doc.get("idle")),
+        facts,
+        jobs,
+        None if checkpointed is None else int(checkpointed),
     )
 
 

@@ -21,6 +21,7 @@ retries for ever.
 from __future__ import annotations
 
 import asyncio
+import socket
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +43,18 @@ MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
 
 
 class KafkaAccessError(Exception):
-    """Kafka cannot be reached or refuses us; the message is one line naming the cause."""
+    """Kafka cannot be reached or refuses us; the message is one line naming the cause.
+
+    ``transient``: nothing answered (no server listening, no answer in time, a name that cannot be
+    resolved for now), as while a broker is down or starting; a command may wait and try again
+    (:func:`stream.kafka.reachable.wait_for_kafka`). False when an answer refused us (login,
+    certificate, protocol) or the address cannot be right (not HOST:PORT, an unknown host name):
+    trying again cannot help.
+    """
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +284,7 @@ async def check_kafka(settings: Settings, timeout_s: float = 15.0) -> KafkaSecur
     security = KafkaSecurity.from_settings(settings)
     options = _security_options(security)
     reasons = []
+    transient = True  # until an answer refuses us, or an address cannot be right
     for server in (part.strip() for part in settings.kafka_bootstrap.split(",")):
         if not server:
             continue
@@ -286,15 +299,23 @@ async def check_kafka(settings: Settings, timeout_s: float = 15.0) -> KafkaSecur
         except TimeoutError:
             reasons.append(f"{server}: no answer within {timeout_s:.0f} s")
         except ssl.SSLCertVerificationError as exc:
+            transient = False
             reasons.append(
                 f"{server}: the broker's certificate is not trusted ({exc.verify_message}; "
                 "check FAULTSTREAM_KAFKA_SSL_CAFILE)"
             )
         except ssl.SSLError as exc:
+            transient = False
             reasons.append(f"{server}: TLS failed ({_first_line(exc.reason or str(exc))})")
         except KafkaError as exc:
+            transient = False
             reasons.append(f"{server}: {_explain(exc, security)}")
+        except socket.gaierror as exc:
+            # A name that does not resolve now (EAI_AGAIN) may later; an unknown one is a typo.
+            transient = transient and exc.errno == socket.EAI_AGAIN
+            reasons.append(f"{server}: {_first_line(exc.strerror or str(exc))} (the host name)")
         except ConnectionResetError:
+            transient = False
             # A TLS hello to a plaintext listener: the broker drops the connection without a word.
             hint = "is it a TLS listener?" if security.uses_tls else "is it a TLS or SASL listener?"
             reasons.append(
@@ -306,7 +327,9 @@ async def check_kafka(settings: Settings, timeout_s: float = 15.0) -> KafkaSecur
         else:
             conn.close()
             return security
-    raise KafkaAccessError(f"cannot use Kafka over {security.describe()}: {'; '.join(reasons)}")
+    raise KafkaAccessError(
+        f"cannot use Kafka over {security.describe()}: {'; '.join(reasons)}", transient=transient
+    )
 
 
 def _explain(exc: Exception, security: KafkaSecurity) -> str:

@@ -127,9 +127,11 @@ def build_app(
     settings: Settings,
     security: KafkaSecurity | None = None,
     store: PendingStore | None = None,
+    metrics: WorkerMetrics | None = None,
 ) -> faust.App:
     """The Faust app of a worker, configured from ``settings`` (``security``: already resolved;
-    ``store``: the ClickHouse connection under way, else connected here). A connection under way
+    ``store``: the ClickHouse connection under way, else connected here; ``metrics``: made and
+    perhaps served already, else made here). A connection under way
     goes on while Faust starts and joins the group; the first write waits for it, and an app task
     stops the worker if it fails."""
     security = security or KafkaSecurity.from_settings(settings)
@@ -187,7 +189,7 @@ def build_app(
         fleet=app.topic(settings.topic_fleet, **_RAW),
         fleet_baselines=app.topic(settings.topic_fleet_baselines, **_RAW),
     )
-    metrics = WorkerMetrics()
+    metrics = metrics or WorkerMetrics()
 
     def flushed(stats: FlushStats) -> None:
         metrics.sink_flush_seconds.observe(stats.seconds)
@@ -314,7 +316,7 @@ def build_app(
         ours.setLevel(logging.INFO)
         ours.propagate = False
         if settings.metrics_port:
-            metrics.serve(settings.metrics_host, settings.metrics_port)
+            metrics.serve(settings.metrics_host, settings.metrics_port)  # if not served yet
             _log.info("metrics on http://%s:%d/metrics", settings.metrics_host, settings.metrics_port)
 
     @app.on_before_shutdown.connect
@@ -338,11 +340,12 @@ def run_worker(
     settings: Settings,
     security: KafkaSecurity | None = None,
     store: PendingStore | None = None,
+    metrics: WorkerMetrics | None = None,
 ) -> None:
     """Run a worker until it is stopped (``faultstream worker``). A store connection that failed
     is raised once the worker has stopped (the command's exit code says ClickHouse)."""
     with _without_scan_marks():
-        app = build_app(settings, security, store)
+        app = build_app(settings, security, store, metrics)
         tune_for_streaming()
         # Faust's command line reads sys.argv, and would otherwise start a web server on
         # 0.0.0.0:6066, which two workers on one host cannot share. The worker's start still

@@ -145,7 +145,12 @@ class CommitPoint:
         ):
             return
         messages = encode_fleet_messages(
-            state.partition, state.fleet_horizon_ms, state.fleet_facts, state.fleet_jobs, idle=idle
+            state.partition,
+            state.fleet_horizon_ms,
+            state.fleet_facts,
+            state.fleet_jobs,
+            idle=idle,
+            checkpointed_ms=state.checkpointed_horizon_ms,
         )
         await self.send_fleet(messages)
         state.fleet_facts, state.fleet_jobs = [], []
@@ -173,7 +178,10 @@ class CommitPoint:
         if not still_ours():
             return
         started = time.perf_counter()
+        horizon = state.core.fleet_horizon_ms
         size = await self.checkpoints.save(state.checkpoint())
+        if horizon is not None:
+            state.checkpointed_horizon_ms = horizon
         state.checkpoint_seconds = time.perf_counter() - started
         self.metrics.checkpoints_written.inc()
         self.metrics.checkpoint_bytes.labels(str(state.partition)).set(size)

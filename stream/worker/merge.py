@@ -187,6 +187,31 @@ class EventTimeMerger(Generic[T]):
     def __len__(self) -> int:
         return sum(len(state.held) - state.head for state in self._by_name)
 
+    def peek(self) -> tuple[str, int, T] | None:
+        """The item :meth:`release` would give first, were its sources past it: (source, event
+        time, item); None when nothing is held.
+
+        >>> merger = EventTimeMerger(["ecc", "xid"])
+        >>> merger.add("xid", 30, "x30"); merger.add("ecc", 40, "e40"); merger.peek()
+        ('xid', 30, 'x30')
+        """
+        best: _Source | None = None
+        for state in self._by_name:
+            if state.head < len(state.held) and (
+                best is None or state.held[state.head][0] < best.held[best.head][0]
+            ):
+                best = state
+        if best is None:
+            return None
+        ts_ms, _, _, item = best.held[best.head]
+        return best.name, ts_ms, item
+
+    def oldest_arrival(self) -> float | None:
+        """The clock time at which the earliest-arrived of the sources' next items arrived (how long
+        the merge has held what it would release next); None when nothing is held."""
+        arrivals = [state.held[state.head][2] for state in self._by_name if state.head < len(state.held)]
+        return min(arrivals, default=None)
+
     def hold_back(self, count: int = 1) -> None:
         """Hold again the last ``count`` items of the run :meth:`release_runs` gave last, at the
         head of their source, as if they had not been released: for a caller that could not use

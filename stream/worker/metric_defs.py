@@ -36,6 +36,11 @@ MetricName = Literal[
     "faultstream_consumer_lag",
     "faultstream_uncommitted",
     "faultstream_merge_held_records",
+    "faultstream_merge_held_age_seconds",
+    "faultstream_fleet_wait_seconds",
+    "faultstream_fleet_decided_without",
+    "faultstream_caught_up",
+    "faultstream_kafka_wait_seconds",
     "faultstream_commits",
     "faultstream_fleet_behind",
     "faultstream_fleet_idle_pending",
@@ -125,6 +130,37 @@ METRICS: dict[MetricName, MetricDef] = {
         "gauge",
         "Records the event-time merge of a partition holds until its other sources catch up.",
         ("partition",),
+    ),
+    "faultstream_merge_held_age_seconds": MetricDef(
+        "gauge",
+        "Seconds since the earliest-arrived of the records the event-time merge of a partition would "
+        "release next arrived (0 when it holds none): how long held records have waited.",
+        ("partition",),
+    ),
+    "faultstream_fleet_wait_seconds": MetricDef(
+        "gauge",
+        "Seconds the next record of a partition has waited for a decision of the fleet stage (a storm "
+        "baseline or an ECC reference; 0 when it does not wait).",
+        ("partition",),
+    ),
+    "faultstream_fleet_decided_without": MetricDef(
+        "counter",
+        "Records let go without the fleet stage's decision they waited for, after "
+        "FAULTSTREAM_WORKER_FLEET_WAIT_SECONDS with no decision of the stage (results may differ "
+        "from a replay's), by what they waited for.",
+        ("reference",),
+    ),
+    "faultstream_caught_up": MetricDef(
+        "gauge",
+        "1 when this worker has done all it was given: its assignment settled, no input partition "
+        "with messages left to read, no record held in a merge, nothing short of a commit point and "
+        "nothing sent to the fleet stage that it has not applied (as far as this worker knows). "
+        "Committed offsets alone do not mean caught up: held records are committed in checkpoints.",
+    ),
+    "faultstream_kafka_wait_seconds": MetricDef(
+        "gauge",
+        "Seconds the worker has waited at its start for the Kafka broker to answer (0 once it has; "
+        "FAULTSTREAM_KAFKA_WAIT_SECONDS bounds the wait).",
     ),
     "faultstream_commits": MetricDef("counter", "Commit points (flush, publish, checkpoint, ack)."),
     "faultstream_fleet_behind": MetricDef(

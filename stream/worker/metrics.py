@@ -56,6 +56,11 @@ class WorkerMetrics:
         self.consumer_lag = self._gauge("faultstream_consumer_lag")
         self.uncommitted = self._gauge("faultstream_uncommitted")
         self.held_back = self._gauge("faultstream_merge_held_records")
+        self.held_age = self._gauge("faultstream_merge_held_age_seconds")
+        self.fleet_wait = self._gauge("faultstream_fleet_wait_seconds")
+        self.fleet_decided_without = self._counter("faultstream_fleet_decided_without")
+        self.caught_up = self._gauge("faultstream_caught_up")
+        self.kafka_wait = self._gauge("faultstream_kafka_wait_seconds")
         self.fleet_behind = self._gauge("faultstream_fleet_behind")
         self.fleet_idle_pending = self._gauge("faultstream_fleet_idle_pending")
         self.fleet_sent_offset = self._gauge("faultstream_fleet_sent_offset")
@@ -64,6 +69,7 @@ class WorkerMetrics:
         self.assignment_settled = self._gauge("faultstream_assignment_settled")
         self.commits = self._counter("faultstream_commits")
         self._inputs: dict[str, InputCounters] = {}
+        self.served = False
 
     def input(self, topic: str) -> InputCounters:
         """The message and record counters of an input topic (kept: ``labels()`` per message
@@ -90,7 +96,14 @@ class WorkerMetrics:
     def forget_partition(self, partition: int, topics: Iterable[str]) -> None:
         """Drop the per-partition series of a partition this worker no longer owns."""
         label = str(partition)
-        for gauge in (self.uncommitted, self.held_back, self.checkpoint_bytes, self.checkpoint_timestamp):
+        for gauge in (
+            self.uncommitted,
+            self.held_back,
+            self.held_age,
+            self.fleet_wait,
+            self.checkpoint_bytes,
+            self.checkpoint_timestamp,
+        ):
             with contextlib.suppress(KeyError):
                 gauge.remove(label)
         for topic in topics:
@@ -98,7 +111,9 @@ class WorkerMetrics:
                 self.consumer_lag.remove(topic, label)
 
     def serve(self, host: str, port: int) -> None:
-        """Serve ``/metrics`` from a background thread."""
+        """Serve ``/metrics`` from a background thread (once: a second call does nothing)."""
+        if self.served:
+            return
         try:
             start_http_server(port, addr=host, registry=self.registry)
         except OSError as exc:
@@ -106,3 +121,4 @@ class WorkerMetrics:
                 f"cannot serve metrics on {host}:{port} ({exc.strerror}): set FAULTSTREAM_METRICS_PORT "
                 "to a free port, or 0 to turn the endpoint off"
             ) from exc
+        self.served = True

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from detectors.core import DetectionCore, FleetBaselineMissing
-from detectors.fleet import FleetCore, FleetFact, JobPart
+from detectors.fleet import FROM_THE_START, NO_ECC_REFERENCE, FleetCore, FleetFact, JobPart
 from schemas.outputs import Incident
 from schemas.records import RECORD_KIND, EccSample, Record
 from schemas.timeutil import DAY_MS
@@ -101,6 +101,13 @@ class PartitionWorker:
     waiting_for_fleet: bool = False
     #: The first horizon it handed over (since it was started or restored).
     first_horizon_ms: int | None = None
+    #: The horizon of its newest checkpoint (FROM_THE_START before the first): a worker that takes
+    #: the partition over hands the stage again what followed it, which the stage must recognise.
+    checkpointed_horizon_ms: int = FROM_THE_START
+    #: Monotonic time since which the merge's next record has waited for the fleet stage (None:
+    #: it does not wait), and whether the wait was reported in the log yet.
+    waiting_since: float | None = None
+    wait_reported: bool = False
 
     def hand_over_due(self) -> bool:
         """Whether the partition's horizon (and facts) should go to the fleet stage now rather
@@ -183,6 +190,8 @@ class PartitionWorker:
             for held in held_records:
                 merger.add(held[0], held[1], _restore_held(held))
             state = cls(partition, pipeline, merger, dict(checkpoint.offsets))
+            horizon = core.fleet_horizon_ms
+            state.checkpointed_horizon_ms = FROM_THE_START if horizon is None else horizon
             state.fleet, state.fleet_offset = checkpoint.fleet, checkpoint.fleet_offset
             # A checkpoint of format 3 written before copies carried their source has no record.
             state.copies = CopiesApplied(
@@ -245,6 +254,10 @@ class PartitionWorker:
                 break
         if released_any:
             self.changed = True
+        if not self.waiting_for_fleet:
+            self.waiting_since, self.wait_reported = None, False
+        elif self.waiting_since is None:
+            self.waiting_since = time.monotonic()
         emitted = self.pipeline.drain()
         for incident in emitted.incidents:
             self.incidents[incident.incident_id] = incident
@@ -269,6 +282,34 @@ class PartitionWorker:
         ready = core.ready_for(record)
         self.waiting_for_fleet = not ready
         return ready
+
+    def awaited(self) -> tuple[str, int, int] | None:
+        """What the merge's next record waits for, if it waits for the fleet stage: (``"ECC
+        reference"`` or ``"storm baseline"``, the period's start, the record's event time)."""
+        head = self.merger.peek() if self.waiting_for_fleet else None
+        if head is None:
+            return None
+        record, ts_ms = head[2][0], head[1]
+        if type(record) is EccSample:
+            return "ECC reference", self.core.ecc_reference_needed_ms(ts_ms), ts_ms
+        return "storm baseline", self.core.baseline_needed_ms(ts_ms), ts_ms
+
+    def decide_without_fleet(self) -> tuple[str, int, int] | None:
+        """Let the record the merge waits with go without the fleet stage's decision it waits for:
+        the period is taken as having none (no ECC reference: a GPU is compared with its own past
+        only; a storm baseline of 0: a storm is judged on the GPU's own counts). The last resort of
+        a wait that does not end (:meth:`awaited` says which; the caller says so, loudly): results
+        may then differ from a replay's. A decision that comes later still counts for the records
+        after it."""
+        awaited = self.awaited()
+        if awaited is not None:
+            what, period_ms, _ = awaited
+            if what == "ECC reference":
+                self.learn_baselines({}, {period_ms: NO_ECC_REFERENCE})
+            else:
+                self.learn_baselines({period_ms: 0.0})
+            self.waiting_for_fleet = False
+        return awaited
 
     def learn_baselines(
         self, baselines: dict[int, float], ecc_references: dict[int, float] | None = None

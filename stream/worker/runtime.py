@@ -23,6 +23,7 @@ from aiokafka.errors import KafkaError
 from faust.types import TP
 
 from detectors.core import Emitted
+from detectors.fleet import FleetCore
 from schemas.outputs import DeadLetter
 from schemas.records import InvalidRecord
 from stream.kafka.codec import decode_message_lines, decode_record, message_lines, partition_for_key
@@ -47,6 +48,7 @@ from stream.worker.broker import BrokerQueries, PartitionReader
 from stream.worker.checkpoints import CheckpointTopic, StaleCheckpoint
 from stream.worker.commit import CommitPoint
 from stream.worker.diagnostics import committed_offsets, fetch_state, refetch
+from stream.worker.fleet_wait import FleetWaitWatch
 from stream.worker.joining import batched_parts, joined_from, skip_applied_lines, skip_applied_parts
 from stream.worker.merge import PUBLISH_SKEW_SECONDS
 from stream.worker.metrics import InputCounters, WorkerMetrics
@@ -175,6 +177,8 @@ class WorkerRuntime:
         self.ecc_references: dict[int, float] = {}
         self._new_ecc_references: dict[int, float] = {}
         self._fleet_reader = PartitionReader(client_options(settings), settings.topic_fleet)
+        #: Records waiting for the stage: reported, and let go if the wait cannot end.
+        self.fleet_waits = FleetWaitWatch(settings.worker_fleet_wait_seconds)
         self._idle_announced: set[int] = set()  # assigned partitions without state, said idle
         #: Whether the group has assigned this worker its partitions since its last revocation.
         self.assigned = False
@@ -603,6 +607,7 @@ class WorkerRuntime:
             ecc, self._new_ecc_references = self._new_ecc_references, {}
             self.baselines.update(new)
             self.ecc_references.update(ecc)
+            self.fleet_waits.decided()
             for state in self.partitions.values():
                 state.learn_baselines(new, ecc)
 
@@ -644,7 +649,7 @@ class WorkerRuntime:
             for part in message.jobs:
                 fleet.add_job(part)
             if message.horizon_ms is not None:
-                fleet.advance(message.partition, message.horizon_ms)
+                fleet.advance(message.partition, message.horizon_ms, message.checkpointed_ms)
             if message.idle:
                 fleet.idle(message.partition)
         state.fleet_offset = found[-1][0] + 1
@@ -889,18 +894,40 @@ class WorkerRuntime:
         for state in list(self.partitions.values()):
             await self._release(state)
         fleet_state = self.partitions.get(0)
+        await self._end_endless_waits(None if fleet_state is None else fleet_state.fleet)
         fleet_end = self._ends.get(TP(self.settings.topic_fleet, 0))
         behind = 0 if fleet_state is None or fleet_end is None else fleet_end - fleet_state.fleet_offset
         self.metrics.fleet_behind.set(max(behind, 0))
         self.metrics.fleet_read_offset.set(-1 if fleet_state is None else fleet_state.fleet_offset)
         self.metrics.assignment_settled.set(int(self._assignment_settled()))
+        now = time.monotonic()
+        caught_up = self._assignment_settled() and behind <= 0
         for number, state in self.partitions.items():
-            self.metrics.uncommitted.labels(str(number)).set(state.uncommitted + int(state.changed))
-            self.metrics.held_back.labels(str(number)).set(len(state.merger))
+            label = str(number)
+            uncommitted, held = state.uncommitted + int(state.changed), len(state.merger)
+            self.metrics.uncommitted.labels(label).set(uncommitted)
+            self.metrics.held_back.labels(label).set(held)
+            arrived = state.merger.oldest_arrival()
+            self.metrics.held_age.labels(label).set(0.0 if arrived is None else max(now - arrived, 0.0))
+            self.metrics.fleet_wait.labels(label).set(self.fleet_waits.waited(state, now))
+            caught_up = caught_up and not uncommitted and not held
             for topic in self.topics.kinds:
                 lag = self._lag(state, topic)
                 if lag is not None:
-                    self.metrics.consumer_lag.labels(topic, str(number)).set(lag)
+                    self.metrics.consumer_lag.labels(topic, label).set(lag)
+                caught_up = caught_up and lag == 0
+        self.metrics.caught_up.set(int(caught_up))
+
+    async def _end_endless_waits(self, stage: FleetCore | None) -> None:
+        """Report records that wait long for the fleet stage; let go those whose wait cannot end
+        (:mod:`stream.worker.fleet_wait`)."""
+        now = time.monotonic()
+        for state in list(self.partitions.values()):
+            if self.fleet_waits.check(state, stage, now):
+                awaited = state.decide_without_fleet()
+                if awaited is not None:
+                    self.metrics.fleet_decided_without.labels(awaited[0]).inc()
+                    await self._release(state)
 
     def _assignment_settled(self) -> bool:
         """Whether the worker holds the group's assignment and this round went through all of it:

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import logging
+
+import pytest
+
+from detectors.fleet import FleetCore
 from schemas.outputs import DeadLetter
 from schemas.records import EccSample, XidEvent
 from stream.kafka.codec import decode_message_lines, encode_record
 from stream.pipeline import Emitted
 from stream.settings import Settings
 from stream.worker.checkpoints import PartitionCheckpoint, decode, encode
+from stream.worker.fleet_wait import FleetWaitWatch
 from stream.worker.partition import PartitionWorker
 
 MINUTE = 60_000
@@ -139,3 +145,56 @@ def test_a_record_waiting_for_the_fleet_hands_its_horizon_over_at_once() -> None
     state.handed_horizon_ms = state.fleet_horizon_ms  # handed over; the sample still waits
     state.process_released()
     assert state.waiting_for_fleet and not state.hand_over_due()
+
+
+def test_a_wait_for_the_fleet_is_reported_and_let_go_only_when_the_stage_decides_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Liveness: a record whose fleet decision does not come (the stage's worker gone, say) is
+    reported after a quarter of the limit and let go at the limit, said loudly; but not while the
+    stage keeps deciding (it is slow, not stuck)."""
+    state = partition_past_90_minutes()
+    state.merger.add_many("ecc", [ecc(0, 5), ecc(15, 5), ecc(30, 9), ecc(45, 9)])
+    state.process_released()
+    assert state.waiting_for_fleet and state.waiting_since is not None
+    assert state.awaited() == ("ECC reference", T0, T0 + 30 * MINUTE)
+    watch = FleetWaitWatch(limit_seconds=100.0)
+    start = state.waiting_since
+    watch.last_decision = start
+    with caplog.at_level(logging.WARNING, "faultstream.worker"):
+        assert not watch.check(state, None, start + 10)
+        assert not caplog.records
+        assert not watch.check(state, None, start + 30)  # a quarter: reported, once
+        assert not watch.check(state, None, start + 40)
+        [warning] = caplog.records
+        assert "has waited 30 s for the fleet stage's ECC reference" in warning.getMessage()
+        assert "owns input partition 0" in warning.getMessage()
+        watch.last_decision = start + 50  # the stage decided something meanwhile: slow, not stuck
+        assert not watch.check(state, None, start + 120)
+        assert watch.check(state, None, start + 151)
+        assert caplog.records[-1].levelname == "ERROR"
+        assert "goes without it" in caplog.records[-1].getMessage()
+    assert state.decide_without_fleet() == ("ECC reference", T0, T0 + 30 * MINUTE)
+    state.process_released()
+    assert not state.waiting_for_fleet and state.waiting_since is None
+    assert T0 + 30 * MINUTE not in [ts for _, ts, _ in state.merger.held()]
+
+
+def test_a_wait_is_never_let_go_with_no_limit() -> None:
+    state = partition_past_90_minutes()
+    state.merger.add_many("ecc", [ecc(0, 5), ecc(15, 5), ecc(30, 9)])
+    state.process_released()
+    assert state.waiting_since is not None
+    assert not FleetWaitWatch(limit_seconds=0).check(state, None, state.waiting_since + 10**6)
+
+
+def test_the_stage_names_the_partitions_it_waits_for() -> None:
+    fleet = FleetCore(Settings(topic_partitions=3).core_config().fleet_config(), partitions=3)
+    assert fleet.holding_back() == [0, 1, 2]
+    fleet.advance(0, T0)
+    fleet.advance(2, T0 + MINUTE)
+    assert fleet.holding_back() == [1]  # not heard of
+    fleet.advance(1, T0 - MINUTE)
+    assert fleet.holding_back() == [1]  # the lowest horizon
+    fleet.idle(1)
+    assert fleet.holding_back() == [0]
