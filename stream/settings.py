@@ -18,9 +18,16 @@ from detectors.mttf import SizeBuckets
 if TYPE_CHECKING:
     from detectors.core import CoreConfig
 
-__all__ = ["ENV_PREFIX", "Settings", "SettingsError"]
+__all__ = ["ENV_PREFIX", "INTERNAL_TOPICS", "Settings", "SettingsError"]
 
 ENV_PREFIX = "FAULTSTREAM_"
+#: The internal topics, named ``<app id>.<suffix>`` unless set (:class:`Settings`).
+INTERNAL_TOPICS = {
+    "topic_jobs_by_node": "jobs-by-node",
+    "topic_checkpoints": "checkpoints",
+    "topic_fleet": "fleet",
+    "topic_fleet_baselines": "fleet-baselines",
+}
 
 
 class SettingsError(ValueError):
@@ -146,24 +153,29 @@ class Settings:
     topic_ecc: str = setting("faultstream.ecc", "Input topic of ECC samples (key: node).")
     topic_jobs: str = setting("faultstream.jobs", "Input topic of job state changes (key: job id).")
     topic_jobs_by_node: str = setting(
-        "faultstream.jobs-by-node", "Internal topic: job state changes re-keyed by each node of the job."
+        "",
+        "Internal topic: job state changes re-keyed by each node of the job (empty: "
+        "`<FAULTSTREAM_WORKER_APP_ID>.jobs-by-node`).",
     )
     topic_incidents: str = setting(
         "faultstream.incidents", "Output topic of incidents for SREs (key: incident id)."
     )
     topic_dead_letters: str = setting("faultstream.dead-letters", "Topic of records that could not be used.")
     topic_checkpoints: str = setting(
-        "faultstream.checkpoints",
-        "Internal compacted topic of the workers' detector-state checkpoints, one per input partition.",
+        "",
+        "Internal compacted topic of the workers' detector-state checkpoints, one per input partition "
+        "(empty: `<FAULTSTREAM_WORKER_APP_ID>.checkpoints`).",
     )
     topic_fleet: str = setting(
-        "faultstream.fleet",
+        "",
         "Internal topic (one partition): what each input partition hands the fleet stage (facts for "
-        "the lemon statistics and the storm baseline, failed jobs, its event-time horizon).",
+        "the lemon statistics and the storm baseline, failed jobs, its event-time horizon; empty: "
+        "`<FAULTSTREAM_WORKER_APP_ID>.fleet`).",
     )
     topic_fleet_baselines: str = setting(
-        "faultstream.fleet-baselines",
-        "Internal topic (one partition): the fleet stage's storm baselines, read by every worker.",
+        "",
+        "Internal topic (one partition): the fleet stage's storm baselines and ECC references, read by "
+        "every worker (empty: `<FAULTSTREAM_WORKER_APP_ID>.fleet-baselines`).",
     )
     topic_partitions: int = setting(
         8,
@@ -280,6 +292,13 @@ class Settings:
         10.0, "ETTR guidance: time lost to restart a job after a failure (u0)."
     )
 
+    def __post_init__(self) -> None:
+        # The internal topics are a deployment's own: named from its application id unless set, so
+        # two deployments on one broker (app ids `prod` and `canary`) never read each other's facts.
+        for name, suffix in INTERNAL_TOPICS.items():
+            if not getattr(self, name):
+                object.__setattr__(self, name, f"{self.worker_app_id}.{suffix}")
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         """Read ``FAULTSTREAM_<FIELD>`` variables; keyword overrides (CLI flags) win when not None."""
@@ -305,8 +324,14 @@ class Settings:
         return settings
 
     def with_overrides(self, **overrides: Any) -> Settings:
-        """Return a copy with the given (non-None) fields replaced."""
-        return replace(self, **{key: value for key, value in overrides.items() if value is not None})
+        """Return a copy with the given (non-None) fields replaced (a new application id renames the
+        internal topics that were named from the old one)."""
+        given = {key: value for key, value in overrides.items() if value is not None}
+        if given.get("worker_app_id", self.worker_app_id) != self.worker_app_id:
+            for name, suffix in INTERNAL_TOPICS.items():
+                if getattr(self, name) == f"{self.worker_app_id}.{suffix}":
+                    given.setdefault(name, "")
+        return replace(self, **given)
 
     @property
     def dsn(self) -> str:

@@ -24,7 +24,9 @@ from stream.kafka.codec import partition_for_key
 
 __all__ = [
     "FleetMessage",
+    "ForeignDeployment",
     "NodeOwner",
+    "check_deployment",
     "decode_baselines",
     "decode_fleet_message",
     "decode_references",
@@ -65,6 +67,33 @@ class FleetMessage:
     #: The horizon of the partition's newest checkpoint (:data:`~detectors.fleet.FROM_THE_START`:
     #: none yet); None from a worker that does not say it.
     checkpointed_ms: int | None = None
+    #: The application id of the deployment that wrote it ("": a version that did not say).
+    app: str = ""
+
+
+class ForeignDeployment(Exception):
+    """An internal message written by another deployment (another application id): two deployments
+    share an internal topic, and reading on would mix their results."""
+
+
+def check_deployment(found: str, ours: str, where: str) -> None:
+    """Raise :class:`ForeignDeployment` when a message names an application id other than ours (a
+    message of a version that named none is accepted).
+
+    >>> check_deployment("", "prod", "t"); check_deployment("prod", "prod", "t")
+    >>> try:
+    ...     check_deployment("canary", "prod", "prod.fleet offset 7")
+    ... except ForeignDeployment as exc:
+    ...     print(str(exc)[:70])
+    prod.fleet offset 7 was written by deployment 'canary', not 'prod': tw
+    """
+    if found and found != ours:
+        raise ForeignDeployment(
+            f"{where} was written by deployment {found!r}, not {ours!r}: two deployments share the "
+            "topic; give each application id its own internal topics (leave "
+            "FAULTSTREAM_TOPIC_JOBS_BY_NODE, _CHECKPOINTS, _FLEET and _FLEET_BASELINES empty: they are "
+            "named from the app id)"
+        )
 
 
 def _fact(fact: FleetFact) -> list[Any]:
@@ -97,6 +126,7 @@ def encode_fleet_messages(
     *,
     idle: bool = False,
     checkpointed_ms: int | None = None,
+    app: str = "",
 ) -> Iterator[bytes]:
     """The messages of one hand-over; the horizon rides on the last one (the stage must have
     every fact before it moves the partition's horizon), and so does ``checkpointed_ms``, the
@@ -107,6 +137,7 @@ def encode_fleet_messages(
         last = chunk == chunks - 1
         yield orjson.dumps(
             {
+                "app": app,
                 "partition": partition,
                 "horizon": horizon_ms if last else None,
                 "idle": idle and last,
@@ -154,13 +185,18 @@ def decode_fleet_message(value: bytes) -> FleetMessage:
         facts,
         jobs,
         None if checkpointed is None else int(checkpointed),
+        str(doc.get("app", "")),
     )
 
 
-def encode_baselines(baselines: dict[int, float], ecc_references: dict[int, float] | None = None) -> bytes:
-    """A ``fleet-baselines`` message: storm baselines and ECC references, by period start."""
-    doc: dict[str, dict[str, float]] = {
-        "baselines": {str(start): value for start, value in sorted(baselines.items())}
+def encode_baselines(
+    baselines: dict[int, float], ecc_references: dict[int, float] | None = None, app: str = ""
+) -> bytes:
+    """A ``fleet-baselines`` message of deployment ``app``: storm baselines and ECC references, by
+    period start."""
+    doc: dict[str, Any] = {
+        "app": app,
+        "baselines": {str(start): value for start, value in sorted(baselines.items())},
     }
     if ecc_references:
         doc["ecc"] = {str(start): value for start, value in sorted(ecc_references.items())}
@@ -172,13 +208,18 @@ def decode_baselines(values: Iterable[bytes]) -> dict[int, float]:
     return decode_references(values)[0]
 
 
-def decode_references(values: Iterable[bytes]) -> tuple[dict[int, float], dict[int, float]]:
+def decode_references(
+    values: Iterable[bytes], app: str = "", where: str = "fleet-baselines"
+) -> tuple[dict[int, float], dict[int, float]]:
     """The storm baselines and the ECC references of ``fleet-baselines`` messages, later ones
-    winning (a message from a stage before the ECC reference has none)."""
+    winning (a message from a stage before the ECC reference has none); with ``app``, a message
+    of another deployment raises :class:`ForeignDeployment`."""
     storms: dict[int, float] = {}
     ecc: dict[int, float] = {}
     for value in values:
         doc = orjson.loads(value)
+        if app:
+            check_deployment(str(doc.get("app", "")), app, where)
         storms.update({int(start): float(v) for start, v in doc["baselines"].items()})
         ecc.update({int(start): float(v) for start, v in doc.get("ecc", {}).items()})
     return storms, ecc

@@ -43,6 +43,7 @@ import faust.utils.venusian
 from faust.tables import TableManager
 
 from stream.gc_tuning import tune_for_streaming
+from stream.kafka.fleet import ForeignDeployment
 from stream.kafka.security import KafkaSecurity
 from stream.settings import Settings
 from stream.sinks.clickhouse import ClickHouseSink, FlushStats
@@ -209,6 +210,10 @@ def build_app(
                 await agent(stream)
             except DeadLetterLimitExceeded:
                 raise  # already crashed the app, with its own message
+            except ForeignDeployment as exc:
+                _log.error("stopping the worker: %s", exc)  # one line: a configuration to fix
+                await app.crash(exc)
+                raise
             except Exception as exc:
                 _log.exception("stopping the worker: %s failed", agent.__name__)
                 await app.crash(exc)
@@ -267,6 +272,10 @@ def build_app(
                         _log.error("stopping the worker so that it is restarted: %s", exc)
                         await app.crash(exc)
                         return
+                    except ForeignDeployment as exc:
+                        _log.error("stopping the worker: %s", exc)
+                        await app.crash(exc)
+                        return
 
     @app.task
     async def connect_checkpoints() -> None:
@@ -295,7 +304,12 @@ def build_app(
             async with refresh_round:
                 if stopped.is_set():
                     return
-                await runtime.refresh()
+                try:
+                    await runtime.refresh()
+                except ForeignDeployment as exc:
+                    _log.error("stopping the worker: %s", exc)
+                    await app.crash(exc)
+                    return
 
     @app.on_partitions_revoked.connect
     async def forget_revoked(_app: Any, revoked: set[Any], **_: Any) -> None:

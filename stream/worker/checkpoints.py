@@ -46,6 +46,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from detectors.core import DetectionCore
 from detectors.fleet import FleetCore
 from schemas.records import EccSample, JobEvent, XidEvent
+from stream.kafka.fleet import check_deployment
 from stream.kafka.topics import CHECKPOINT_MAX_BYTES
 
 __all__ = [
@@ -316,6 +317,8 @@ class CheckpointTopic:
             raise CheckpointError(f"{self.topic}/{partition}: offset {end - 1} unread after {timeout_s} s")
         message = messages[-1]
         if message.key != self._key(partition):
+            app = (message.key or b"").decode("utf-8", "replace").rpartition("/")[0]
+            check_deployment(app, self.app_id, f"{self.topic}/{partition} offset {end - 1}")
             raise CheckpointError(
                 f"{self.topic}/{partition} ends with a checkpoint of {message.key!r}, not "
                 f"{self._key(partition)!r}: give each application id its own checkpoint topic"

@@ -151,6 +151,7 @@ class CommitPoint:
             state.fleet_jobs,
             idle=idle,
             checkpointed_ms=state.checkpointed_horizon_ms,
+            app=self.checkpoints.app_id,
         )
         await self.send_fleet(messages)
         state.fleet_facts, state.fleet_jobs = [], []

@@ -43,23 +43,43 @@ import bisect
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["COPY_HEADER", "CopiesApplied", "copy_headers", "copy_source"]
+__all__ = ["APP_HEADER", "COPY_HEADER", "CopiesApplied", "copy_deployment", "copy_headers", "copy_source"]
 
 #: The header of a jobs-by-node copy naming the jobs message it was made from.
 COPY_HEADER = "faultstream-rekeyed-from"
+#: The header naming the deployment (application id) that made the copy.
+APP_HEADER = "faultstream-app"
 
 Headers = Iterable[tuple[str, bytes]] | None
 
 
-def copy_headers(partition: int, offsets: Sequence[int]) -> list[tuple[str, bytes]]:
-    """The headers of a copy of jobs partition ``partition``: ``offsets`` has each line's offset
-    there, in order (the lines of one message share its offset: then it is said once).
+def copy_headers(partition: int, offsets: Sequence[int], app: str = "") -> list[tuple[str, bytes]]:
+    """The headers of a copy of jobs partition ``partition`` made by deployment ``app``: ``offsets``
+    has each line's offset there, in order (the lines of one message share its offset: then it is
+    said once).
 
-    >>> copy_headers(2, [17, 17]), copy_headers(2, [17, 19])
-    ([('faultstream-rekeyed-from', b'2:17')], [('faultstream-rekeyed-from', b'2:17,19')])
+    >>> copy_headers(2, [17, 17])
+    [('faultstream-rekeyed-from', b'2:17')]
+    >>> copy_headers(2, [17, 19], "prod")
+    [('faultstream-rekeyed-from', b'2:17,19'), ('faultstream-app', b'prod')]
     """
     said = offsets[-1:] if offsets[0] == offsets[-1] else offsets
-    return [(COPY_HEADER, f"{partition}:{','.join(map(str, said))}".encode())]
+    headers = [(COPY_HEADER, f"{partition}:{','.join(map(str, said))}".encode())]
+    if app:
+        headers.append((APP_HEADER, app.encode()))
+    return headers
+
+
+def copy_deployment(headers: Headers) -> str:
+    """The application id that made a copy ("" when it does not say).
+
+    >>> copy_deployment([("faultstream-app", b"prod")]), copy_deployment(None)
+    ('prod', '')
+    """
+    for key, value in headers or ():
+        if key == APP_HEADER:
+            return bytes(value).decode("utf-8", "replace")
+    return ""
 
 
 def copy_source(headers: Headers) -> tuple[int, tuple[int, ...]] | None:

@@ -28,6 +28,7 @@ from schemas.outputs import DeadLetter
 from schemas.records import InvalidRecord
 from stream.kafka.codec import decode_message_lines, decode_record, message_lines, partition_for_key
 from stream.kafka.fleet import (
+    check_deployment,
     decode_fleet_message,
     decode_references,
     encode_baselines,
@@ -54,7 +55,7 @@ from stream.worker.merge import PUBLISH_SKEW_SECONDS
 from stream.worker.metrics import InputCounters, WorkerMetrics
 from stream.worker.partition import HeldLine, PartitionWorker
 from stream.worker.positions import Delivery, InputPositions
-from stream.worker.rekeying import copy_headers
+from stream.worker.rekeying import copy_deployment, copy_headers
 
 __all__ = ["WorkerRuntime", "WorkerStalled", "WorkerTopics"]
 
@@ -228,6 +229,8 @@ class WorkerRuntime:
         state.uncommitted += 1
         kind = self.topics.kinds[topic]
         if kind == "job":
+            where = f"{topic}/{message.partition} offset {message.offset}"
+            check_deployment(copy_deployment(message.headers), self.settings.worker_app_id, where)
             fresh = state.copies.fresh_from(message.headers)
             if fresh is None:
                 # A re-keyer's successor sent this copy again: applied already, not a late event.
@@ -321,7 +324,9 @@ class WorkerRuntime:
                 value=b"\n".join(line for _, _, line, _ in lines),
                 partition=partition,
                 timestamp=lines[0][1] / 1000,
-                headers=copy_headers(message.partition, [offset for _, _, _, offset in lines]),
+                headers=copy_headers(
+                    message.partition, [offset for _, _, _, offset in lines], self.settings.worker_app_id
+                ),
             )
             for partition, lines in sorted(copies.items())
         ]
@@ -591,7 +596,11 @@ class WorkerRuntime:
             return
         if found:
             self._baselines_read = found[-1][0] + 1
-            storms, ecc = decode_references(value for _, value in found)
+            storms, ecc = decode_references(
+                (value for _, value in found),
+                self.settings.worker_app_id,
+                self.settings.topic_fleet_baselines,
+            )
             self._new_baselines.update(storms)
             self._new_ecc_references.update(ecc)
 
@@ -645,6 +654,8 @@ class WorkerRuntime:
             except (ValueError, KeyError, TypeError) as exc:  # only workers write it: a bug
                 _log.error("%s/0 offset %d: unreadable, skipped: %r", self.settings.topic_fleet, offset, exc)
                 continue
+            where = f"{self.settings.topic_fleet}/0 offset {offset}"
+            check_deployment(message.app, self.settings.worker_app_id, where)
             fleet.add(message.partition, message.facts)
             for part in message.jobs:
                 fleet.add_job(part)
@@ -663,7 +674,7 @@ class WorkerRuntime:
             state.incidents[incident.incident_id] = incident
         if decided.baselines or decided.ecc_references:
             delivery = await self.topics.fleet_baselines.send(
-                value=encode_baselines(decided.baselines, decided.ecc_references)
+                value=encode_baselines(decided.baselines, decided.ecc_references, self.settings.worker_app_id)
             )
             await delivery
             self._new_baselines.update(decided.baselines)
@@ -724,7 +735,9 @@ class WorkerRuntime:
             if now - since < self.settings.worker_fleet_idle_seconds:
                 pending += 1
                 continue
-            await self.commit_point.send_fleet(encode_fleet_messages(number, None, [], [], idle=True))
+            await self.commit_point.send_fleet(
+                encode_fleet_messages(number, None, [], [], idle=True, app=self.settings.worker_app_id)
+            )
             self._idle_announced.add(number)
         self.metrics.fleet_idle_pending.set(pending)
 

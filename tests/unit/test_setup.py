@@ -92,3 +92,37 @@ def test_without_a_virtualenv_the_check_says_what_it_would_install(tmp_path: Pat
         result.stderr
     )
     assert not (clone / ".venv").exists()  # --check changes nothing
+
+
+def test_as_root_on_debian_what_is_missing_is_installed_with_apt_get(tmp_path: Path) -> None:
+    """A fresh machine of CI's kind: tests/setup (hence tests/run) installs the packages it lacks,
+    saying which, then checks again. apt-get here records its arguments and "installs" the tools."""
+    env = machine(tmp_path)
+    bin_dir = Path(env["PATH"])
+    for tool in ("promtool", "prometheus-alertmanager"):
+        (bin_dir / tool).unlink()
+    log = tmp_path / "apt.log"
+    chmod = shutil.which("chmod")
+    script = [f'echo "$@" >> {log}', 'case "$*" in *install*)']
+    for tool in ("promtool", "prometheus-alertmanager"):
+        script += [f"    echo '#!/bin/sh' > {bin_dir}/{tool}", f"    {chmod} +x {bin_dir}/{tool}"]
+    script += ["    ;;", "esac"]
+    (bin_dir / "apt-get").write_text("#!/bin/sh\n" + "\n".join(script) + "\n")
+    (bin_dir / "id").write_text("#!/bin/sh\necho 0\n")
+    for tool in ("apt-get", "id"):
+        (bin_dir / tool).chmod(0o755)
+    result = setup(env)
+    assert result.returncode == 0, result.stderr
+    said = "setup: installing what this machine lacks with apt-get: prometheus prometheus-alertmanager"
+    assert said in result.stderr
+    calls = log.read_text().splitlines()
+    assert calls[0] == "update -q"
+    assert calls[1].endswith("--no-install-recommends prometheus prometheus-alertmanager")
+
+
+def test_without_root_the_one_command_to_run_is_named(tmp_path: Path) -> None:
+    env = machine(tmp_path, mvn=False)
+    (Path(env["PATH"]) / "promtool").unlink()
+    result = setup(env)
+    assert result.returncode == 1
+    assert "sudo apt-get install -y --no-install-recommends maven prometheus" in result.stderr

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import orjson
+import pytest
 
 from detectors.attribution import HardwareEvent
 from detectors.fleet import APP_XID, RUN, FleetFact, JobPart
 from schemas.outputs import IncidentKind
 from schemas.records import JobState
 from stream.kafka.fleet import (
+    ForeignDeployment,
+    check_deployment,
     decode_baselines,
     decode_fleet_message,
     decode_references,
     encode_baselines,
     encode_fleet_messages,
 )
+from stream.settings import Settings
 
 
 def part(**fields: object) -> JobPart:
@@ -49,3 +53,33 @@ def test_baselines_carry_the_ecc_references_and_an_older_stages_have_none() -> N
     old = orjson.dumps({"baselines": {"86400000": 10.0}})
     assert decode_references([new, old]) == ({0: 12.0, 86_400_000: 10.0}, {3_600_000: 96.5, 7_200_000: -1.0})
     assert decode_baselines([old]) == {86_400_000: 10.0}
+
+
+def test_internal_messages_name_their_deployment_and_another_ones_are_refused() -> None:
+    [raw] = encode_fleet_messages(3, 5, [], [], app="prod")
+    message = decode_fleet_message(raw)
+    assert message.app == "prod"
+    check_deployment(message.app, "prod", "fleet offset 0")
+    with pytest.raises(ForeignDeployment, match="written by deployment 'prod', not 'canary'"):
+        check_deployment(message.app, "canary", "fleet offset 0")
+    baselines = encode_baselines({0: 1.0}, app="prod")
+    assert decode_references([baselines], "prod") == ({0: 1.0}, {})
+    with pytest.raises(ForeignDeployment):
+        decode_references([baselines], "canary")
+    old = orjson.dumps({"baselines": {"0": 2.0}})  # a version that named no deployment: accepted
+    assert decode_references([old], "canary") == ({0: 2.0}, {})
+
+
+def test_internal_topics_are_named_from_the_app_id_unless_set() -> None:
+    default = Settings()
+    assert (default.topic_fleet, default.topic_checkpoints) == (
+        "faultstream.fleet",
+        "faultstream.checkpoints",
+    )
+    canary = Settings.from_env(
+        {"FAULTSTREAM_WORKER_APP_ID": "canary", "FAULTSTREAM_TOPIC_FLEET": "shared.fleet"}
+    )
+    assert canary.topic_jobs_by_node == "canary.jobs-by-node" and canary.topic_fleet == "shared.fleet"
+    renamed = default.with_overrides(worker_app_id="blue")
+    assert renamed.topic_fleet_baselines == "blue.fleet-baselines"
+    assert canary.with_overrides(worker_app_id="green").topic_fleet == "shared.fleet"  # set: kept
