@@ -475,6 +475,12 @@ class DetectionCore:
         return emitted
 
     @property
+    def has_pending_decisions(self) -> bool:
+        """Whether failed runs wait for their attribution window to pass: with no more records, the
+        core would still hand the fleet stage their parts once its watermark moves."""
+        return self._jobs.next_decision_ms is not None
+
+    @property
     def fleet_horizon_ms(self) -> int | None:
         """Event time before which this core hands the fleet stage no more facts: the watermark,
         less the attribution window after a job's end (a run's failure is decided that late)."""

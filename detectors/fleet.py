@@ -292,6 +292,8 @@ class FleetCore:
         self.partitions = partitions
         self._horizons: dict[int, int] = {}
         self._idle: set[int] = set()
+        #: Idle cores with decisions pending: they hold the stage while another core is active.
+        self._idle_pending: set[int] = set()
         #: Per core that says it, the horizon of its newest checkpoint: what a restarted core hands
         #: over again follows it, so a run it could repeat is remembered as decided.
         self._checkpointed: dict[int, int] = {}
@@ -351,6 +353,7 @@ class FleetCore:
         starts empty (the per-GPU bound on the storm baseline stays off: it would count only the
         bursts after the restart), and configuration fields added since take their defaults."""
         state.setdefault("_checkpointed", {})
+        state.setdefault("_idle_pending", set())
         if "_gpu_maxima" not in state:
             state["_gpu_peak"], state["_gpu_maxima"] = {}, None
         config = state["config"]
@@ -379,6 +382,7 @@ class FleetCore:
         """Facts from core ``partition``; those before the applied horizon are repeats (a core
         that restarted from a checkpoint hands over again what it had handed over)."""
         self._idle.discard(partition)
+        self._idle_pending.discard(partition)
         self._queue(facts)
 
     def _queue(self, facts: Iterable[FleetFact]) -> None:
@@ -409,35 +413,49 @@ class FleetCore:
         if checkpointed_ms is not None:
             self._checkpointed[partition] = checkpointed_ms
         self._idle.discard(partition)
+        self._idle_pending.discard(partition)
         if horizon_ms > self._horizons.get(partition, -(2**62)):
             self._horizons[partition] = horizon_ms
         self._run_to(self.horizon_ms)
 
-    def idle(self, partition: int) -> None:
+    def idle(self, partition: int, pending: bool = False) -> None:
         """Core ``partition`` has nothing to read: the stage does not wait for it until it hands
-        over facts again (facts it then sends before the horizon are late and dropped)."""
+        over facts again (facts it then sends before the horizon are late and dropped) — unless it
+        has decisions ``pending`` (failed runs whose attribution window its watermark has not
+        passed): their facts will come at or after its horizon once it reads again, so while any
+        other core is active the stage goes no further than that horizon. (Passing it, a core
+        drained for a while mid-stream had two application failures of a crash-looping user
+        dropped as late: the owner's incident two versions short.) Also when every core is idle:
+        no record waits in a merge then (a partition holding one is not idle), so holding the
+        stage delays only its own later decisions, until that core reads again."""
         self._idle.add(partition)
+        if pending:
+            self._idle_pending.add(partition)
+        else:
+            self._idle_pending.discard(partition)
         self._run_to(self.horizon_ms)
 
     @property
     def horizon_ms(self) -> int | None:
         """Event time before which every core's facts are in; None while a core is unheard of."""
         waiting = [p for p in range(self.partitions) if p not in self._idle]
-        if not waiting:
-            return max(self._horizons.values(), default=None)
         if any(p not in self._horizons for p in waiting):
             return None
-        return min(self._horizons[p] for p in waiting)
+        holding = [*waiting, *(p for p in self._idle_pending if p in self._horizons)]
+        if not holding:  # every core idle, none with decisions pending: all its facts are in
+            return max(self._horizons.values(), default=None)
+        return min(self._horizons[p] for p in holding)
 
     def holding_back(self) -> list[int]:
         """The cores the stage waits for: those not heard of yet, else those at the lowest horizon
         (none while every core is idle). What an operator looks at when a decision does not come."""
         waiting = [p for p in range(self.partitions) if p not in self._idle]
         unheard = [p for p in waiting if p not in self._horizons]
-        if unheard or not waiting:
+        holding = sorted({*waiting, *(p for p in self._idle_pending if p in self._horizons)})
+        if unheard or not holding:
             return unheard
-        lowest = min(self._horizons[p] for p in waiting)
-        return [p for p in waiting if self._horizons[p] == lowest]
+        lowest = min(self._horizons[p] for p in holding)
+        return [p for p in holding if self._horizons[p] == lowest]
 
     def baseline(self, period_start_ms: int) -> float | None:
         """The storm baseline from ``period_start_ms`` on; None until it is decided (0.0 for the

@@ -69,6 +69,8 @@ class FleetMessage:
     checkpointed_ms: int | None = None
     #: The application id of the deployment that wrote it ("": a version that did not say).
     app: str = ""
+    #: With ``idle``: the partition has decisions pending (:meth:`detectors.fleet.FleetCore.idle`).
+    pending: bool = False
 
 
 class ForeignDeployment(Exception):
@@ -127,6 +129,7 @@ def encode_fleet_messages(
     idle: bool = False,
     checkpointed_ms: int | None = None,
     app: str = "",
+    pending: bool = False,
 ) -> Iterator[bytes]:
     """The messages of one hand-over; the horizon rides on the last one (the stage must have
     every fact before it moves the partition's horizon), and so does ``checkpointed_ms``, the
@@ -141,6 +144,7 @@ def encode_fleet_messages(
                 "partition": partition,
                 "horizon": horizon_ms if last else None,
                 "idle": idle and last,
+                "pending": pending and idle and last,
                 "checkpointed": checkpointed_ms if last else None,
                 "facts": [_fact(f) for f in facts[chunk * _FACTS_PER_MESSAGE :][:_FACTS_PER_MESSAGE]],
                 "jobs": [_part(p) for p in jobs[chunk * _PARTS_PER_MESSAGE :][:_PARTS_PER_MESSAGE]],
@@ -186,6 +190,7 @@ def decode_fleet_message(value: bytes) -> FleetMessage:
         jobs,
         None if checkpointed is None else int(checkpointed),
         str(doc.get("app", "")),
+        bool(doc.get("pending")),
     )
 
 

@@ -152,6 +152,7 @@ class CommitPoint:
             idle=idle,
             checkpointed_ms=state.checkpointed_horizon_ms,
             app=self.checkpoints.app_id,
+            pending=idle and state.core.has_pending_decisions,
         )
         await self.send_fleet(messages)
         state.fleet_facts, state.fleet_jobs = [], []

@@ -662,7 +662,7 @@ class WorkerRuntime:
             if message.horizon_ms is not None:
                 fleet.advance(message.partition, message.horizon_ms, message.checkpointed_ms)
             if message.idle:
-                fleet.idle(message.partition)
+                fleet.idle(message.partition, message.pending)
         state.fleet_offset = found[-1][0] + 1
         state.changed = True
         decided = fleet.drain()
@@ -698,7 +698,8 @@ class WorkerRuntime:
                 self._probed.discard(number)  # the next tick asks again
                 _log.info("partition %d: checkpoint not read: %r", number, exc)
                 continue
-            if loaded is not None and loaded[0].held:
+            if loaded is not None and (loaded[0].held or loaded[0].core.has_pending_decisions):
+                # Also a core with decisions pending: its idle announcement must say so.
                 await self._partition_state(number)
 
     async def _announce_idle(self) -> None:
