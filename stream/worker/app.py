@@ -202,6 +202,11 @@ def build_app(
     )
     runtime = WorkerRuntime(app, settings, topics, sink, metrics)
 
+    async def stop(failure: BaseException, why: str = "stopping the worker") -> None:
+        """Stop the worker with one ERROR line saying why (its supervisor decides what follows)."""
+        _log.error("%s: %s", why, failure)
+        await app.crash(failure)
+
     def crash_on_error(agent: Any) -> Any:
         """Faust logs an agent's exception and carries on without it; a worker must stop instead."""
 
@@ -211,8 +216,7 @@ def build_app(
             except DeadLetterLimitExceeded:
                 raise  # already crashed the app, with its own message
             except ForeignDeployment as exc:
-                _log.error("stopping the worker: %s", exc)  # one line: a configuration to fix
-                await app.crash(exc)
+                await stop(exc)  # one line, no traceback: a configuration to fix
                 raise
             except Exception as exc:
                 _log.exception("stopping the worker: %s failed", agent.__name__)
@@ -269,12 +273,10 @@ def build_app(
                         await runtime.tick()
                     except WorkerStalled as exc:
                         # Crash-only: a restart reads everything since the last commit point again.
-                        _log.error("stopping the worker so that it is restarted: %s", exc)
-                        await app.crash(exc)
+                        await stop(exc, "stopping the worker so that it is restarted")
                         return
                     except ForeignDeployment as exc:
-                        _log.error("stopping the worker: %s", exc)
-                        await app.crash(exc)
+                        await stop(exc)
                         return
 
     @app.task
@@ -291,8 +293,7 @@ def build_app(
             await asyncio.to_thread(store.wait)
             failure = store.failure()
             if failure is not None:
-                _log.error("stopping the worker: %s", failure)
-                await app.crash(failure)
+                await stop(failure)
 
     @app.task
     async def refresh() -> None:
@@ -307,8 +308,7 @@ def build_app(
                 try:
                     await runtime.refresh()
                 except ForeignDeployment as exc:
-                    _log.error("stopping the worker: %s", exc)
-                    await app.crash(exc)
+                    await stop(exc)
                     return
 
     @app.on_partitions_revoked.connect
