@@ -148,10 +148,12 @@ def test_offsets_the_broker_deleted_are_counted_as_lost_and_reading_goes_on(cloc
 
 
 class FakeCheckpoints:
-    """Checkpoints by partition: held records or none; counts the reads."""
+    """Checkpoints by partition: held records or none, and whether its core has decisions pending;
+    counts the reads."""
 
-    def __init__(self, held: dict[int, list[Any]]) -> None:
+    def __init__(self, held: dict[int, list[Any]], pending: frozenset[int] = frozenset()) -> None:
         self.held = held
+        self.pending = pending
         self.loads: list[int] = []
 
     async def load(self, partition: int) -> Any:
@@ -159,17 +161,22 @@ class FakeCheckpoints:
         if partition not in self.held:
             return None
 
+        class Core:
+            has_pending_decisions = partition in self.pending
+
         class Checkpoint:
             held = self.held[partition]
+            core = Core()
 
         return Checkpoint(), 100
 
 
 def test_an_assigned_partition_whose_checkpoint_holds_records_is_restored_without_a_message() -> None:
     runtime, app = make_runtime()
-    held, empty, fresh = TP("t.ecc", 1), TP("t.ecc", 2), TP("t.ecc", 3)
-    app.consumer.assignment = lambda: {ECC, held, empty, fresh}  # type: ignore[method-assign]
-    runtime.checkpoints = FakeCheckpoints({1: [("ecc", 5, "record")], 2: []})  # type: ignore[assignment]
+    held, empty, fresh, pending = TP("t.ecc", 1), TP("t.ecc", 2), TP("t.ecc", 3), TP("t.ecc", 4)
+    app.consumer.assignment = lambda: {ECC, held, empty, fresh, pending}  # type: ignore[method-assign]
+    checkpoints = FakeCheckpoints({1: [("ecc", 5, "record")], 2: [], 4: []}, pending=frozenset({4}))
+    runtime.checkpoints = checkpoints  # type: ignore[assignment]
     runtime.checkpoints_started = True
     restored: list[int] = []
 
@@ -181,14 +188,15 @@ def test_an_assigned_partition_whose_checkpoint_holds_records_is_restored_withou
     runtime._partition_state = partition_state  # type: ignore[method-assign]
     runtime.partitions[0] = object()  # type: ignore[assignment]  # ECC delivered: it has its state
     asyncio.run(runtime._restore_held())
-    # Only the one holding records: the others are restored by their first message, as before.
-    assert restored == [1]
-    assert runtime.checkpoints.loads == [1, 2, 3]  # type: ignore[attr-defined]
+    # The one holding records and the one with decisions pending (its idle message must say so):
+    # the others are restored by their first message, as before.
+    assert restored == [1, 4]
+    assert checkpoints.loads == [1, 2, 3, 4]
     asyncio.run(runtime._restore_held())
-    assert runtime.checkpoints.loads == [1, 2, 3], "each checkpoint is read once per assignment"  # type: ignore[attr-defined]
+    assert checkpoints.loads == [1, 2, 3, 4], "each checkpoint is read once per assignment"
     runtime.forget({empty})
     asyncio.run(runtime._restore_held())
-    assert runtime.checkpoints.loads == [1, 2, 3, 2]  # type: ignore[attr-defined]  # assigned again: read again
+    assert checkpoints.loads == [1, 2, 3, 4, 2]  # assigned again: read again
 
 
 class Message:
