@@ -1,6 +1,6 @@
-"""Commands started while the broker is down wait for it (issue 40): a worker and ``init-kafka``
-started before their broker go on once it answers, and the worker's results are the embedded
-replay's; ``tail`` and ``notify`` wait and say so, within a bound when one is set. A refused
+"""Commands started while the broker is down wait for it (issue 40): ``init-kafka`` started before
+its broker, and a worker started while it is down for a restart, go on once it answers, and the
+worker's results are the embedded replay's; ``tail`` and ``notify`` wait and say so, within a bound when one is set. A refused
 address stays a quick error (``tests/integration/test_kafka_security.py``, and an unknown host
 name in ``tests/unit/stream/kafka/test_reachable.py``)."""
 
@@ -42,29 +42,43 @@ def later_broker(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     subprocess.run([str(KAFKA_SCRIPTS / "stop.sh"), str(folder)], timeout=120, check=False)
 
 
-def start_broker(bootstrap: str, folder: Path) -> None:
+def start_broker(bootstrap: str, folder: Path, *, restart: bool = False) -> None:
     port = bootstrap.rsplit(":", 1)[1]
+    args = ["--restart", str(folder)] if restart else [str(folder)]
     started = subprocess.run(
-        [str(KAFKA_SCRIPTS / "start.sh"), str(folder)],
+        [str(KAFKA_SCRIPTS / "start.sh"), *args],
         env={**os.environ, "FAULTSTREAM_KAFKA_PORT": port, "FAULTSTREAM_KAFKA_CONTROLLER_PORT": str(free_port())},
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert started.returncode == 0, f"start.sh failed:\n{started.stderr[-3000:]}"
 
 
-def test_a_worker_and_init_kafka_started_before_the_broker_go_on_once_it_answers(
+def test_init_kafka_and_a_worker_started_while_the_broker_is_down_go_on_once_it_answers(
     later_broker: tuple[str, Path], tmp_path: Path, embedded: tuple[dict[str, list[dict]], str]
 ) -> None:
+    """init-kafka started before the broker's first start; then a worker started while the broker
+    is down again (a restart), which goes on once it is back and writes the embedded results."""
     bootstrap, folder = later_broker
     expected, before = embedded
     env = kafka.deployment_env(
         bootstrap, f"late{uuid.uuid4().hex[:6]}", 2, FAULTSTREAM_DATA_DIR=str(tmp_path / "d")
     )
-    init_log = (tmp_path / "init-kafka.log").open("w")
-    init = subprocess.Popen(
-        [sys.executable, "-m", "stream.cli", "init-kafka"], env={**os.environ, **env}, cwd=ROOT,
-        stdout=init_log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    init_log = tmp_path / "init-kafka.log"
+    with init_log.open("w") as log:
+        init = subprocess.Popen(
+            [sys.executable, "-m", "stream.cli", "init-kafka"], env={**os.environ, **env}, cwd=ROOT,
+            stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        try:
+            time.sleep(3)
+            assert init.poll() is None, "init-kafka gave up on a broker that is down"
+            start_broker(bootstrap, folder)
+            assert init.wait(timeout=120) == 0, init_log.read_text()
+        finally:
+            if init.poll() is None:
+                init.kill()
+    assert f"init-kafka waits for Kafka at {bootstrap}, which does not answer" in init_log.read_text()
+    subprocess.run([str(KAFKA_SCRIPTS / "stop.sh"), "--keep", str(folder)], timeout=120, check=True)
     worker = Worker(env, tmp_path / "store", tmp_path / "worker.log")
     try:
         deadline = time.monotonic() + 60
@@ -72,20 +86,14 @@ def test_a_worker_and_init_kafka_started_before_the_broker_go_on_once_it_answers
             assert time.monotonic() < deadline, f"the worker does not say it waits:\n{worker.log()[-2000:]}"
             worker.assert_alive()
             time.sleep(0.5)
-        assert init.poll() is None, "init-kafka gave up on a broker that is down"
         assert f"the worker waits for Kafka at {bootstrap}, which does not answer" in worker.log()
-        start_broker(bootstrap, folder)
-        assert init.wait(timeout=120) == 0, (tmp_path / "init-kafka.log").read_text()
+        start_broker(bootstrap, folder, restart=True)
         cli(env, "replay", str(LOGS), "--to", f"kafka://{bootstrap}", "--no-progress")
         wait_until_caught_up(env, [worker], timeout=300)
         assert worker.metric("faultstream_kafka_wait_seconds") == 0
     finally:
         worker.stop()
-        init_log.close()
-        if init.poll() is None:
-            init.kill()
     assert f"Kafka at {bootstrap} answered after" in worker.log()
-    assert "init-kafka waits for Kafka" in (tmp_path / "init-kafka.log").read_text()
     assert_same_results(results([worker.store], before), expected)
 
 
