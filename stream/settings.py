@@ -24,6 +24,7 @@ ENV_PREFIX = "FAULTSTREAM_"
 #: The internal topics, named ``<app id>.<suffix>`` unless set (:class:`Settings`).
 INTERNAL_TOPICS = {
     "topic_jobs_by_node": "jobs-by-node",
+    "topic_kernel_log_by_node": "kernel-log-by-node",
     "topic_checkpoints": "checkpoints",
     "topic_fleet": "fleet",
     "topic_fleet_baselines": "fleet-baselines",
@@ -157,6 +158,17 @@ class Settings:
         "Internal topic: job state changes re-keyed by each node of the job (empty: "
         "`<FAULTSTREAM_WORKER_APP_ID>.jobs-by-node`).",
     )
+    topic_kernel_log: str = setting(
+        "faultstream.kernel-log",
+        "Input topic of raw kernel-log lines as log shippers send them (rsyslog omkafka, journald "
+        "JSON, Vector, Fluent Bit; any key or none; one partition): the worker reads its GPU and "
+        "NVSwitch driver lines (docs/collecting.md).",
+    )
+    topic_kernel_log_by_node: str = setting(
+        "",
+        "Internal topic: the XID events of the kernel-log topic, re-keyed by node (empty: "
+        "`<FAULTSTREAM_WORKER_APP_ID>.kernel-log-by-node`).",
+    )
     topic_incidents: str = setting(
         "faultstream.incidents", "Output topic of incidents for SREs (key: incident id)."
     )
@@ -179,8 +191,8 @@ class Settings:
     )
     topic_partitions: int = setting(
         8,
-        "Partitions of the xid, ecc, jobs-by-node, incident and checkpoint topics (the most workers "
-        "that can share the load); the jobs topic has one.",
+        "Partitions of the xid, ecc, jobs-by-node, kernel-log-by-node, incident and checkpoint topics "
+        "(the most workers that can share the load); the jobs and kernel-log topics have one.",
     )
     topic_replication: int = setting(1, "Replication factor of the topics faultstream creates.")
     topic_retention_bytes: int = setting(

@@ -56,6 +56,7 @@ MAX_MESSAGE_BYTES = 512 * 1024
 
 _PARSERS: Mapping[str, Callable[[object, str], Record]] = {
     "xid": XidEvent.from_dict,
+    "kernel": XidEvent.from_dict,  # the kernel log's XID events, re-keyed by node
     "ecc": EccSample.from_dict,
     "job": JobEvent.from_dict,
 }

@@ -10,7 +10,7 @@ Both are internal: only workers write and read them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,9 +78,10 @@ class ForeignDeployment(Exception):
     share an internal topic, and reading on would mix their results."""
 
 
-def check_deployment(found: str, ours: str, where: str) -> None:
+def check_deployment(found: str, ours: str, where: str | Callable[[], str]) -> None:
     """Raise :class:`ForeignDeployment` when a message names an application id other than ours (a
-    message of a version that named none is accepted).
+    message of a version that named none is accepted). ``where`` names the message (or makes its
+    name: only a mismatch needs it).
 
     >>> check_deployment("", "prod", "t"); check_deployment("prod", "prod", "t")
     >>> try:
@@ -90,11 +91,12 @@ def check_deployment(found: str, ours: str, where: str) -> None:
     prod.fleet offset 7 was written by deployment 'canary', not 'prod': tw
     """
     if found and found != ours:
+        where = where if isinstance(where, str) else where()
         raise ForeignDeployment(
             f"{where} was written by deployment {found!r}, not {ours!r}: two deployments share the "
             "topic; give each application id its own internal topics (leave "
-            "FAULTSTREAM_TOPIC_JOBS_BY_NODE, _CHECKPOINTS, _FLEET and _FLEET_BASELINES empty: they are "
-            "named from the app id)"
+            "FAULTSTREAM_TOPIC_JOBS_BY_NODE, _KERNEL_LOG_BY_NODE, _CHECKPOINTS, _FLEET and "
+            "_FLEET_BASELINES empty: they are named from the app id)"
         )
 
 

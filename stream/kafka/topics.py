@@ -12,6 +12,11 @@ jobs                   job id     the same, ONE partition: job changes are few (
                                   re-keyed copies reach each node partition in that order too
 jobs-by-node           node       the same: internal, the jobs re-keyed to their nodes (with the
                                   jobs' event times) so a job's end meets its nodes' evidence
+kernel-log             any        the same, ONE partition: raw kernel-log lines as log shippers
+                                  send them (no key, or their own), in the order they come;
+                                  most are other drivers' lines, skipped at once
+kernel-log-by-node     node       the same: internal, the XID events of those lines re-keyed to
+                                  their nodes
 incidents              node       delete, 30 days: every incident of a node and every update of
                                   it lands on one partition in the order it was made, so an SRE
                                   console or pager reading some nodes sees their story in order;
@@ -69,6 +74,8 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         TopicSpec(settings.topic_ecc, partitions, replication, raw),
         TopicSpec(settings.topic_jobs, 1, replication, raw),
         TopicSpec(settings.topic_jobs_by_node, partitions, replication, raw),
+        TopicSpec(settings.topic_kernel_log, 1, replication, raw),
+        TopicSpec(settings.topic_kernel_log_by_node, partitions, replication, raw),
         TopicSpec(
             settings.topic_incidents,
             partitions,

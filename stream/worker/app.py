@@ -3,7 +3,9 @@
 Topology
 --------
 ``jobs`` (key: job) --rekey_jobs--> ``jobs-by-node`` (key: node, one copy per node of the job)
-``xid``, ``ecc``, ``jobs-by-node`` (co-partitioned by node) --detect--> ClickHouse, ``incidents``
+``kernel-log`` (shippers' lines) --rekey_kernel_log--> ``kernel-log-by-node`` (key: node, XID events)
+``xid``, ``ecc``, ``jobs-by-node``, ``kernel-log-by-node`` (co-partitioned by node) --detect-->
+ClickHouse, ``incidents``
 
 This module is Faust's wiring only. Per assigned input partition the worker keeps one
 :class:`~stream.worker.partition.PartitionWorker` (a :class:`detectors.core.DetectionCore` in a
@@ -53,6 +55,7 @@ from stream.sinks.store import connect
 from stream.worker.fetching import install as install_fair_share
 from stream.worker.joining import RunJoining
 from stream.worker.metrics import WorkerMetrics
+from stream.worker.rekeyed import RekeyedInput, job_copies, kernel_copies
 from stream.worker.runtime import WorkerRuntime, WorkerStalled, WorkerTopics
 
 __all__ = ["build_app", "run_worker"]
@@ -169,22 +172,38 @@ def build_app(
         TableManager=_TablelessManager,
     )
     joining = RunJoining(
-        # The input topics (not the jobs-by-node copies, whose headers the worker reads).
-        topics=frozenset({settings.topic_xid, settings.topic_ecc, settings.topic_jobs}),
+        # The input topics (not the by-node copies, whose headers the worker reads).
+        topics=frozenset(
+            {settings.topic_xid, settings.topic_ecc, settings.topic_jobs, settings.topic_kernel_log}
+        ),
         most=settings.worker_join_records,
-        # The topics the agent applies message by message (the jobs topic is re-keyed line by line).
-        batch_topics=frozenset({settings.topic_xid, settings.topic_ecc}),
+        # The topics taken message by message (the jobs topic is re-keyed line by line); a shipper's
+        # kernel-log value ends with its newline, so its runs are batches of messages.
+        batch_topics=frozenset({settings.topic_xid, settings.topic_ecc, settings.topic_kernel_log}),
         batch_most=settings.worker_join_messages,
     )
     install_fair_share(app, settings.worker_poll_bytes, joining)
-    kinds = {settings.topic_xid: "xid", settings.topic_ecc: "ecc", settings.topic_jobs_by_node: "job"}
+    kinds = {
+        settings.topic_xid: "xid",
+        settings.topic_ecc: "ecc",
+        settings.topic_jobs_by_node: "job",
+        settings.topic_kernel_log_by_node: "kernel",
+    }
     # acks=False: Faust neither tracks nor commits these offsets; the commit points do.
     jobs = app.topic(settings.topic_jobs, acks=False, **_RAW)
+    kernel_log = app.topic(settings.topic_kernel_log, acks=False, **_RAW)
     inputs = app.topic(*kinds, acks=False, **_RAW)
+    rekeyed_jobs = RekeyedInput(
+        settings.topic_jobs, "job", app.topic(settings.topic_jobs_by_node, **_RAW),
+        settings.topic_jobs_by_node, job_copies,
+    )  # fmt: skip
+    rekeyed_kernel_log = RekeyedInput(
+        settings.topic_kernel_log, "kernel", app.topic(settings.topic_kernel_log_by_node, **_RAW),
+        settings.topic_kernel_log_by_node, kernel_copies(settings.cluster), whole_values=True,
+    )  # fmt: skip
     topics = WorkerTopics(
         kinds=kinds,
-        jobs=settings.topic_jobs,
-        jobs_by_node=app.topic(settings.topic_jobs_by_node, **_RAW),
+        rekeyed=(rekeyed_jobs, rekeyed_kernel_log),
         incidents=app.topic(settings.topic_incidents, **_RAW),
         dead_letters=app.topic(settings.topic_dead_letters, **_RAW),
         fleet=app.topic(settings.topic_fleet, **_RAW),
@@ -231,7 +250,13 @@ def build_app(
     @crash_on_error
     async def rekey_jobs(stream: faust.StreamT[bytes]) -> None:
         async for event in stream.noack().events():
-            await runtime.rekey(event)
+            await runtime.rekey(event, rekeyed_jobs)
+
+    @app.agent(kernel_log)
+    @crash_on_error
+    async def rekey_kernel_log(stream: faust.StreamT[bytes]) -> None:
+        async for event in stream.noack().events():
+            await runtime.rekey(event, rekeyed_kernel_log)
 
     @app.agent(inputs)
     @crash_on_error

@@ -103,9 +103,9 @@ class PartitionCheckpoint:
     #: Input partition 0 only: the fleet stage, and the next offset of the fleet topic to read.
     fleet: FleetCore | None = None
     fleet_offset: int = 0
-    #: Per jobs partition, the highest source offset of a re-keyed job copy applied
-    #: (:class:`stream.worker.rekeying.CopiesApplied`).
-    copies: dict[int, int] = field(default_factory=dict)
+    #: Per source partition (a jobs partition's number, ``kernel/<number>``), the highest source
+    #: offset of a re-keyed copy applied (:class:`stream.worker.rekeying.CopiesApplied`).
+    copies: dict[int | str, int] = field(default_factory=dict)
     #: The consumer group generation in which the writer took the partition (-1: unknown).
     generation: int = -1
     #: Re-keyed job copies the partition skipped as repeats, over its history (absent from a

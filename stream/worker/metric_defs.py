@@ -19,6 +19,7 @@ MetricName = Literal[
     "faultstream_events_in",
     "faultstream_records_in",
     "faultstream_events_skipped",
+    "faultstream_records_not_ours",
     "faultstream_input_rereads",
     "faultstream_input_lost",
     "faultstream_incidents_out",
@@ -71,6 +72,12 @@ METRICS: dict[MetricName, MetricDef] = {
         "counter",
         "Input messages delivered again and skipped (a restored checkpoint or an earlier read "
         "already applied them).",
+        ("topic",),
+    ),
+    "faultstream_records_not_ours": MetricDef(
+        "counter",
+        "Input records read and passed over because they are not what the pipeline reads, by "
+        "topic: the kernel log's lines of other drivers (most of it).",
         ("topic",),
     ),
     "faultstream_input_rereads": MetricDef(

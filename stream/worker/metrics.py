@@ -39,6 +39,7 @@ class WorkerMetrics:
         self.events_in = self._counter("faultstream_events_in")
         self.records_in = self._counter("faultstream_records_in")
         self.events_skipped = self._counter("faultstream_events_skipped")
+        self.records_not_ours = self._counter("faultstream_records_not_ours")
         self.input_rereads = self._counter("faultstream_input_rereads")
         self.input_lost = self._counter("faultstream_input_lost")
         self.incidents_out = self._counter("faultstream_incidents_out")

@@ -1,4 +1,7 @@
-"""Where a re-keyed job copy came from, so that a copy sent again is recognised and skipped.
+"""Where a re-keyed copy came from, so that a copy sent again is recognised and skipped.
+
+Said of the jobs here; the kernel-log lines re-keyed to ``kernel-log-by-node``
+(:mod:`stream.worker.rekeyed`) follow the same rules, their header naming ``kernel/<partition>``.
 
 The worker that owns a ``jobs`` partition copies each of its messages to ``jobs-by-node``, one
 message per partition that holds a node of the message's jobs, and commits the ``jobs`` offset once
@@ -53,18 +56,24 @@ APP_HEADER = "faultstream-app"
 Headers = Iterable[tuple[str, bytes]] | None
 
 
-def copy_headers(partition: int, offsets: Sequence[int], app: str = "") -> list[tuple[str, bytes]]:
-    """The headers of a copy of jobs partition ``partition`` made by deployment ``app``: ``offsets``
-    has each line's offset there, in order (the lines of one message share its offset: then it is
-    said once).
+def copy_headers(
+    partition: int, offsets: Sequence[int], app: str = "", input_kind: str = "job"
+) -> list[tuple[str, bytes]]:
+    """The headers of a copy of partition ``partition`` of the ``input_kind`` input (``job``: the
+    jobs topic; ``kernel``: the kernel-log topic) made by deployment ``app``: ``offsets`` has each
+    line's offset there, in order (the lines of one message share its offset: then it is said
+    once). A job copy names its partition alone, any other its input too.
 
     >>> copy_headers(2, [17, 17])
     [('faultstream-rekeyed-from', b'2:17')]
     >>> copy_headers(2, [17, 19], "prod")
     [('faultstream-rekeyed-from', b'2:17,19'), ('faultstream-app', b'prod')]
+    >>> copy_headers(0, [5], input_kind="kernel")
+    [('faultstream-rekeyed-from', b'kernel/0:5')]
     """
     said = offsets[-1:] if offsets[0] == offsets[-1] else offsets
-    headers = [(COPY_HEADER, f"{partition}:{','.join(map(str, said))}".encode())]
+    named = f"{partition}" if input_kind == "job" else f"{input_kind}/{partition}"
+    headers = [(COPY_HEADER, f"{named}:{','.join(map(str, said))}".encode())]
     if app:
         headers.append((APP_HEADER, app.encode()))
     return headers
@@ -82,32 +91,40 @@ def copy_deployment(headers: Headers) -> str:
     return ""
 
 
-def copy_source(headers: Headers) -> tuple[int, tuple[int, ...]] | None:
-    """(jobs partition, offsets) a copy was made from, or None if it does not say: one offset for
-    every line, or one a line.
+def copy_source(headers: Headers) -> tuple[int | str, tuple[int, ...]] | None:
+    """(source partition, offsets) a copy was made from, or None if it does not say: one offset
+    for every line, or one a line. A jobs partition is its number, another input's
+    ``<kind>/<number>``.
 
     >>> copy_source([("other", b"x"), (COPY_HEADER, b"2:17")])
     (2, (17,))
     >>> copy_source([(COPY_HEADER, b"2:17,19")])
     (2, (17, 19))
+    >>> copy_source([(COPY_HEADER, b"kernel/0:5")])
+    ('kernel/0', (5,))
     >>> copy_source([(COPY_HEADER, b"garbage")]) is None
     True
     """
     for key, value in headers or ():
         if key == COPY_HEADER:
-            partition, _, offsets = value.partition(b":")
+            partition, _, offsets = bytes(value).partition(b":")
             try:
-                return int(partition), tuple(int(offset) for offset in offsets.split(b","))
-            except ValueError:
+                said = tuple(int(offset) for offset in offsets.split(b","))
+                if b"/" in partition:
+                    kind, _, number = partition.decode("ascii").partition("/")
+                    return f"{kind}/{int(number)}", said
+                return int(partition), said
+            except (ValueError, UnicodeDecodeError):
                 return None
     return None
 
 
 @dataclass(slots=True)
 class CopiesApplied:
-    """Per jobs partition, the highest source offset of a copy this jobs-by-node partition applied."""
+    """Per source partition (a jobs partition's number, or ``kernel/<number>``), the highest source
+    offset of a copy this partition applied."""
 
-    highest: dict[int, int] = field(default_factory=dict)
+    highest: dict[int | str, int] = field(default_factory=dict)
     #: Copies found to be repeats (and skipped) over the partition's history, checkpoint included:
     #: one a source offset (a copy with an offset a line: one a line).
     repeats: int = 0

@@ -14,7 +14,6 @@ import asyncio
 import logging
 import math
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +25,7 @@ from detectors.core import Emitted
 from detectors.fleet import FleetCore
 from schemas.outputs import DeadLetter
 from schemas.records import InvalidRecord
-from stream.kafka.codec import decode_message_lines, decode_record, message_lines, partition_for_key
+from stream.kafka.codec import decode_message_lines, message_lines, partition_for_key
 from stream.kafka.fleet import (
     check_deployment,
     decode_fleet_message,
@@ -55,6 +54,7 @@ from stream.worker.merge import PUBLISH_SKEW_SECONDS
 from stream.worker.metrics import InputCounters, WorkerMetrics
 from stream.worker.partition import HeldLine, PartitionWorker
 from stream.worker.positions import Delivery, InputPositions
+from stream.worker.rekeyed import RekeyedInput
 from stream.worker.rekeying import copy_deployment, copy_headers
 
 __all__ = ["WorkerRuntime", "WorkerStalled", "WorkerTopics"]
@@ -103,9 +103,10 @@ class WorkerStalled(RuntimeError):
 class WorkerTopics:
     """The Faust topics the runtime sends to, and the kind of record each input topic carries."""
 
-    kinds: dict[str, str]  #: input topic -> ``xid`` | ``ecc`` | ``job`` (jobs-by-node)
-    jobs: str  #: the jobs topic, re-keyed into jobs-by-node
-    jobs_by_node: Any
+    #: input topic -> ``xid`` | ``ecc`` | ``job`` (jobs-by-node) | ``kernel`` (kernel-log-by-node)
+    kinds: dict[str, str]
+    #: The inputs re-keyed into a by-node topic (jobs, kernel log).
+    rekeyed: tuple[RekeyedInput, ...]
     incidents: Any
     dead_letters: Any
     fleet: Any = None  #: the fleet stage's input (one partition)
@@ -153,18 +154,13 @@ class WorkerRuntime:
         self.positions: InputPositions[Any] = InputPositions(time.monotonic)
         self._sources = sorted(topics.kinds.values())
         self._topic_of = {kind: topic for topic, kind in topics.kinds.items()}
-        self._rekeyed: dict[int, int] = {}  # jobs partition -> last offset whose copies were delivered
-        #: Jobs messages re-keyed whose copies are on their way: (partition, offset, delivery).
-        self._rekey_pending: deque[tuple[int, int, asyncio.Future[Any]]] = deque()
-        self._rekeyed_committed: dict[int, int] = {}
-        #: Jobs partitions re-keyed here since their assignment (the first message is committed at once).
-        self._rekeying: set[int] = set()
+        #: The inputs copied to a by-node topic (jobs, the kernel log), by source topic and by kind.
+        self.rekeyed = {rekeyed.topic: rekeyed for rekeyed in topics.rekeyed}
+        self._rekeyed_by_kind = {rekeyed.kind: rekeyed for rekeyed in topics.rekeyed}
         #: End offsets of the input partitions, refreshed by the timer (Faust's highwater is only
         #: known once a fetch returned).
         self._ends: dict[Any, int] = {}
-        #: Whether the group has committed every message of the jobs topic (re-keyed everywhere).
-        self._jobs_rekeyed = False
-        #: Monotonic time of the progress answer ``_ends`` and ``_jobs_rekeyed`` come from (when the
+        #: Monotonic time of the progress answer ``_ends`` and ``all_rekeyed`` come from (when the
         #: broker was asked): a source found drained was drained as of then, not as of now.
         self._progress_at = 0.0
         self.broker = BrokerQueries(client_options(settings))
@@ -228,9 +224,12 @@ class WorkerRuntime:
         state.applied[topic] = message.offset
         state.uncommitted += 1
         kind = self.topics.kinds[topic]
-        if kind == "job":
-            where = f"{topic}/{message.partition} offset {message.offset}"
-            check_deployment(copy_deployment(message.headers), self.settings.worker_app_id, where)
+        if kind in self._rekeyed_by_kind:
+            check_deployment(
+                copy_deployment(message.headers),
+                self.settings.worker_app_id,
+                lambda: f"{topic}/{message.partition} offset {message.offset}",
+            )
             fresh = state.copies.fresh_from(message.headers)
             if fresh is None:
                 # A re-keyer's successor sent this copy again: applied already, not a late event.
@@ -283,49 +282,70 @@ class WorkerRuntime:
             counted.records.inc(good)
         return good
 
-    async def rekey(self, event: Any) -> None:
-        """Copy the job state changes of a jobs message to the jobs-by-node topic: once to each
-        partition that holds one of a job's nodes (one message per partition, the jobs' lines
-        in order), so every node's detection core sees its jobs in the jobs topic's order."""
+    async def rekey(self, event: Any, rekeyed: RekeyedInput) -> None:
+        """Copy the records of a message of a re-keyed input (:mod:`stream.worker.rekeyed`) to its
+        by-node topic: once to each partition that holds one of a record's nodes (one message per
+        partition, the copies in order), so every node's detection core sees them in the input's
+        order."""
         message = event.message
         if self._stale(message):
             return
         source = f"{message.topic}/{message.partition}"
         counted = self.metrics.input(message.topic)
-        value, first, messages = self._unapplied(message, event.value)
+        parts = batched_parts(message)
+        records: list[tuple[int, str, bytes]]  # (offset, location, value) of each source record
+        if parts is not None:
+            parts = self._unapplied_parts(message, parts)
+            first: int | None = parts[0][0]
+            messages = len(parts)
+            records = [(offset, f"offset {offset}", part) for offset, part in parts]
+        else:
+            value, first, messages = self._unapplied(message, event.value)
+            if rekeyed.whole_values and first is None:
+                records = [(message.offset, f"offset {message.offset}", value or b"")]
+            else:
+                records = [  # a joined line at its own offset
+                    (message.offset if first is None else first + number, location, line)
+                    for number, (location, line) in enumerate(message_lines(value, message.offset, first))
+                ]
         counted.messages.inc(messages)
         if not await self._next_in_line(message, first):
             return
-        target = self.settings.topic_jobs_by_node
-        partitions = self.app.consumer.topic_partitions(target) or self.settings.topic_partitions
+        partitions = self.app.consumer.topic_partitions(rekeyed.target_name) or self.settings.topic_partitions
         copies: dict[int, list[tuple[bytes, int, bytes, int]]] = {}  # partition -> (key, ts, line, offset)
+        record_ms = None if message.timestamp is None else round(message.timestamp * 1000)
         bad = False
-        good = 0
-        for number, (location, line) in enumerate(message_lines(value, message.offset, first)):
-            try:
-                job = decode_record("job", line, source, location)
-            except InvalidRecord as error:
-                await self._dead_letter(error, "job", message.topic, self._reject_rekeyed)
+        good = skipped = 0
+        for offset, location, line in records:
+            made, errors = rekeyed.make_copies(line, record_ms, source, location)
+            for error in errors:
+                await self._dead_letter(error, rekeyed.kind, message.topic, self._reject_rekeyed)
                 bad = True
+            if not made:
+                skipped += not errors
                 continue
             good += 1
-            offset = message.offset if first is None else first + number  # a joined line's own
-            for node in sorted(set(job.nodes)):
+            for node, ts_ms, copy in made:
                 key = node.encode()
                 lines = copies.setdefault(partition_for_key(key, partitions), [])
-                if not lines or lines[-1][2] is not line:
-                    lines.append((key, job.ts_ms, line, offset))
+                if not lines or lines[-1][2] is not copy:  # a job line once a partition
+                    lines.append((key, ts_ms, copy, offset))
         if good:
             self.policy.good(source, good)
             counted.records.inc(good)
+        if skipped:
+            self.metrics.records_not_ours.labels(message.topic).inc(skipped)
         sends = [
-            await self.topics.jobs_by_node.send(
+            await rekeyed.target.send(
                 key=lines[0][0],
                 value=b"\n".join(line for _, _, line, _ in lines),
                 partition=partition,
                 timestamp=lines[0][1] / 1000,
                 headers=copy_headers(
-                    message.partition, [offset for _, _, _, offset in lines], self.settings.worker_app_id
+                    message.partition,
+                    [offset for _, _, _, offset in lines],
+                    self.settings.worker_app_id,
+                    rekeyed.kind,
                 ),
             )
             for partition, lines in sorted(copies.items())
@@ -337,13 +357,13 @@ class WorkerRuntime:
             async with self.lock:
                 if not await self.commit_point.flush_sink(_REKEY_BATCH, lambda: True):
                     return
-        # The copies are delivered before the job message may be committed, but the next message
-        # is re-keyed meanwhile: waiting for each message's acks in turn re-keyed ~30 messages a
-        # second, and every partition's merge waited for the jobs (the producer keeps each
-        # partition's copies in order, so the offsets settle in order too).
-        self._rekey_pending.append((message.partition, message.offset, delivered))
-        if message.partition not in self._rekeying:
-            self._rekeying.add(message.partition)
+        # The copies are delivered before the source message may be committed, but the next
+        # message is re-keyed meanwhile: waiting for each message's acks in turn re-keyed ~30
+        # messages a second, and every partition's merge waited for the jobs (the producer keeps
+        # each partition's copies in order, so the offsets settle in order too).
+        rekeyed.pending.append((message.partition, message.offset, delivered))
+        if message.partition not in rekeyed.started:
+            rekeyed.started.add(message.partition)
             arrived_at = time.monotonic()
             # The first message since the partition was assigned here: committed as soon as its
             # copies are delivered, as a taken-over input partition commits with its first
@@ -351,27 +371,16 @@ class WorkerRuntime:
             # fleet baselines read from the start, under load): a failover test saw the jobs
             # partition commit again 3-4 s after its inputs did, 10.5 s after the restart.
             await delivered
-            self._settle_rekeyed()
-            await self.commit_point.commit_rekeyed(self.topics.jobs, self._rekeyed, self._rekeyed_committed)
-            if message.partition in self._rekeyed_committed:
-                offset = message.offset
+            rekeyed.settle()
+            await self.commit_point.commit_rekeyed(rekeyed.topic, rekeyed.delivered, rekeyed.committed)
+            if message.partition in rekeyed.committed:
                 _log.info(
-                    "jobs partition %d: re-keying from offset %d (delivered %.1f s after the assignment), "
+                    "%s: re-keying from offset %d (delivered %.1f s after the assignment), "
                     "committed %.1f s later",
-                    message.partition, offset, arrived_at - self._assigned_at, time.monotonic() - arrived_at,
+                    source, message.offset, arrived_at - self._assigned_at, time.monotonic() - arrived_at,
                 )  # fmt: skip
             return
-        self._settle_rekeyed()
-
-    def _settle_rekeyed(self) -> None:
-        """Mark the jobs messages whose copies have all been delivered, oldest first, as re-keyed
-        (committed by the timer). A failed delivery stops the worker here: nothing after it is
-        committed, and the next owner re-keys from the last commit."""
-        pending = self._rekey_pending
-        while pending and pending[0][2].done():
-            partition, offset, delivered = pending.popleft()
-            delivered.result()
-            self._rekeyed[partition] = offset
+        rekeyed.settle()
 
     def _stale(self, message: Any) -> bool:
         """Fetched before a rebalance: whoever owns the partition now reads it again from the
@@ -543,9 +552,10 @@ class WorkerRuntime:
         topic = self._topic_of[source]
         if not self._caught_up(topic, partition, state.applied.get(topic, -1)):
             return None
-        if source == "job" and not self._jobs_rekeyed:
-            # Its input is the re-keying of the jobs topic, by whichever worker owns that: only
-            # once every jobs message was re-keyed can nothing more be on its way here.
+        rekeyed = self._rekeyed_by_kind.get(source)
+        if rekeyed is not None and not rekeyed.all_rekeyed:
+            # Its input is the re-keying of another topic, by whichever worker owns that: only
+            # once every message there was re-keyed can nothing more be on its way here.
             return None
         # What was published within the skew before the broker was asked may not have been readable.
         return self._progress_at - PUBLISH_SKEW_SECONDS
@@ -561,24 +571,28 @@ class WorkerRuntime:
             return
         self._last_refresh = now
         asked_at = now
-        jobs = self.topics.jobs
-        jobs_partitions = [TP(jobs, p) for p in range(consumer.topic_partitions(jobs) or 1)]
+        rekeyed_partitions = [
+            TP(topic, p) for topic in self.rekeyed for p in range(consumer.topic_partitions(topic) or 1)
+        ]
         inputs = [tp for tp in consumer.assignment() if tp.topic in self.topics.kinds]
         if 0 in self.partitions and self.topics.fleet is not None:
             inputs.append(TP(self.settings.topic_fleet, 0))  # how far the fleet stage has to go
         try:
-            committed = await self.broker.committed(self.settings.worker_app_id, jobs_partitions)
+            committed = await self.broker.committed(self.settings.worker_app_id, rekeyed_partitions)
             # One request for both, after the committed offsets (a jobs message arriving between
             # the two only makes the answer "not yet").
-            ends = await self.broker.end_offsets([*jobs_partitions, *inputs])
+            ends = await self.broker.end_offsets([*rekeyed_partitions, *inputs])
         except (AssertionError, KafkaError) as exc:  # the assignment changed under the request
             _log.info("input progress not refreshed: %r", exc)
             return
         # A partition without a committed offset says -1: nothing re-keyed, done if it is empty.
         done = {(tp.topic, tp.partition): max(offset, 0) for tp, offset in committed.items()}
-        self._jobs_rekeyed = all(
-            done.get((tp.topic, tp.partition), 0) >= ends.get(tp, 0) for tp in jobs_partitions
-        )
+        for topic, rekeyed in self.rekeyed.items():
+            rekeyed.all_rekeyed = all(
+                done.get((tp.topic, tp.partition), 0) >= ends.get(tp, 0)
+                for tp in rekeyed_partitions
+                if tp.topic == topic
+            )
         self._ends.update(ends)
         self._progress_at = asked_at
 
@@ -654,8 +668,11 @@ class WorkerRuntime:
             except (ValueError, KeyError, TypeError) as exc:  # only workers write it: a bug
                 _log.error("%s/0 offset %d: unreadable, skipped: %r", self.settings.topic_fleet, offset, exc)
                 continue
-            where = f"{self.settings.topic_fleet}/0 offset {offset}"
-            check_deployment(message.app, self.settings.worker_app_id, where)
+            check_deployment(
+                message.app,
+                self.settings.worker_app_id,
+                lambda offset=offset: f"{self.settings.topic_fleet}/0 offset {offset}",
+            )
             fleet.add(message.partition, message.facts)
             for part in message.jobs:
                 fleet.add_job(part)
@@ -724,7 +741,7 @@ class WorkerRuntime:
         now = time.monotonic()
         for number in sorted(numbers - set(self.partitions) - self._idle_announced):
             if not (
-                self._jobs_rekeyed
+                all(rekeyed.all_rekeyed for rekeyed in self.rekeyed.values())
                 and all(
                     self._caught_up(topic, number, (committed.get(TP(topic, number)) or 0) - 1)
                     for topic in self.topics.kinds
@@ -892,8 +909,9 @@ class WorkerRuntime:
         """The timer's requests to the broker, made without the lock so the agent keeps applying
         meanwhile (each answer can take a second under load): commit the re-keyed jobs, learn
         how far the inputs go, and the end offsets the stall watch compares with."""
-        self._settle_rekeyed()
-        await self.commit_point.commit_rekeyed(self.topics.jobs, self._rekeyed, self._rekeyed_committed)
+        for rekeyed in self.rekeyed.values():
+            rekeyed.settle()
+            await self.commit_point.commit_rekeyed(rekeyed.topic, rekeyed.delivered, rekeyed.committed)
         await self._refresh_progress()
         await self._fetch_stall_ends()
         await self._read_baselines()
@@ -966,7 +984,7 @@ class WorkerRuntime:
         watched = [
             tp
             for tp in self.app.consumer.assignment()
-            if tp.topic in self.topics.kinds or tp.topic == self.topics.jobs
+            if tp.topic in self.topics.kinds or tp.topic in self.rekeyed
         ]
         if not watched or self.app.rebalancing:
             return
@@ -1021,11 +1039,9 @@ class WorkerRuntime:
         self._highwaters.clear()
         for tp in revoked:
             self._probed.discard(tp.partition)
-            if tp.topic == self.topics.jobs:
-                self._rekeyed.pop(tp.partition, None)
-                self._rekeyed_committed.pop(tp.partition, None)
-                self._rekeying.discard(tp.partition)
-                self._rekey_pending = deque(p for p in self._rekey_pending if p[0] != tp.partition)
+            rekeyed = self.rekeyed.get(tp.topic)
+            if rekeyed is not None:
+                rekeyed.forget(tp.partition)
             if tp.topic in self.topics.kinds and tp.partition in self.partitions:
                 self._drop(tp.partition)
 

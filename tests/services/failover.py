@@ -79,7 +79,9 @@ class GroupWatch:
             TopicPartition(topic, partition)
             for topic in input_topics(env)
             for partition in range(
-                int(env["FAULTSTREAM_TOPIC_PARTITIONS"]) if topic != env["FAULTSTREAM_TOPIC_JOBS"] else 1
+                1
+                if topic in (env["FAULTSTREAM_TOPIC_JOBS"], env["FAULTSTREAM_TOPIC_KERNEL_LOG"])
+                else int(env["FAULTSTREAM_TOPIC_PARTITIONS"])
             )
         ]
 

@@ -138,7 +138,8 @@ STALLED = "stopping the worker so that it is restarted"
 
 
 def input_topics(env: dict[str, str]) -> list[str]:
-    return [env[f"FAULTSTREAM_TOPIC_{name}"] for name in ("XID", "ECC", "JOBS", "JOBS_BY_NODE")]
+    names = ("XID", "ECC", "JOBS", "JOBS_BY_NODE", "KERNEL_LOG", "KERNEL_LOG_BY_NODE")
+    return [env[f"FAULTSTREAM_TOPIC_{name}"] for name in names]
 
 
 async def _progress(bootstrap: str, group: str, topics: list[str]) -> dict[str, tuple[int, int]]:

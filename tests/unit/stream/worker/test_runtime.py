@@ -68,9 +68,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 
 def make_runtime() -> tuple[WorkerRuntime, FakeApp]:
     app = FakeApp()
-    topics = WorkerTopics(
-        kinds={"t.ecc": "ecc"}, jobs="t.jobs", jobs_by_node=None, incidents=None, dead_letters=None
-    )
+    topics = WorkerTopics(kinds={"t.ecc": "ecc"}, rekeyed=(), incidents=None, dead_letters=None)
     settings = Settings.from_env(kafka_bootstrap="127.0.0.1:1")
     runtime = WorkerRuntime(app, settings, topics, sink=None, metrics=WorkerMetrics())  # type: ignore[arg-type]
     runtime.broker = FakeBroker(app.consumer)  # type: ignore[assignment]
