@@ -77,6 +77,11 @@ def kernel_copies(cluster: str) -> CopyMaker:
         bad: list[InvalidRecord] = []
         for item in parse_shipped_kernel_line(value, record_ms, cluster, source, location):
             if isinstance(item, XidEvent):
+                try:  # what the parser read, checked as any xid record is (an XID code past 65535)
+                    XidEvent.from_dict(item.to_wire(), f"{source}:{location}")
+                except InvalidRecord as error:
+                    bad.append(InvalidRecord(error.reason, value, source, location))
+                    continue
                 good.append((item.node, item.ts_ms, encode_record(item)))
             else:
                 bad.append(item)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.services.fuzz import hostile_messages, run_fuzz
+from tests.services.fuzz import KERNEL_MAKERS, hostile_messages, run_fuzz
 
 pytestmark = [pytest.mark.e2e, pytest.mark.load_tolerant]
 
@@ -20,13 +20,19 @@ pytestmark = [pytest.mark.e2e, pytest.mark.load_tolerant]
 def test_the_hostile_set_covers_every_kind_and_no_message_is_valid() -> None:
     from schemas.records import InvalidRecord
     from stream.kafka.codec import decode_message
+    from stream.worker.rekeyed import kernel_copies
 
     messages = hostile_messages(2000, seed=15)
     kinds = {message.what for message in messages}
     assert {"random bytes", "truncated JSON", "wrong types", "huge and negative numbers", "deeply nested JSON",
             "invalid UTF-8", "1 MB values", "times in 1970 and 2200", "null value"} <= kinds  # fmt: skip
+    assert {message.what for message in messages if message.topic_kind == "kernel"} == set(KERNEL_MAKERS)
     for message in messages:
-        items = list(decode_message(message.topic_kind, message.value or b"", "fuzz/0", 0))
+        if message.topic_kind == "kernel":
+            copies, items = kernel_copies("c")(message.value or b"", 1704067200000, "fuzz/0", "offset 0")
+            assert copies == [], message.what
+        else:
+            items = list(decode_message(message.topic_kind, message.value or b"", "fuzz/0", 0))
         assert all(isinstance(item, InvalidRecord) and item.reason for item in items), message.what
         assert len(items) == message.bad_lines
     assert hostile_messages(50, seed=15) == messages[:50], "the same seed gives the same messages"

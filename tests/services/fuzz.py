@@ -4,7 +4,10 @@
 truncated JSON, wrong types, huge and negative numbers, deeply nested JSON, invalid UTF-8, 1 MB
 values, impossible XID codes, times in 1970 and 2200, null and empty values, JSON that is not an
 object. Every one is bad: none holds a line the schema accepts, so each of its non-blank lines
-must become one dead letter (blank lines carry no record, by the wire contract). An XID code
+must become one dead letter (blank lines carry no record, by the wire contract). The kernel-log
+topic gets raw values as a shipper's: driver lines that cannot be read (malformed Xid lines, no
+time stamp, broken JSON envelopes, a 1 MB line), one dead letter each, and other drivers' lines
+and garbage, which must make none. An XID code
 inside the catalog's range but unknown to it is not among them: the SPEC keeps and flags those.
 
 :func:`run_fuzz` sends them to a real broker while ``faultstream replay --to`` publishes the
@@ -159,16 +162,87 @@ MAKERS: dict[str, tuple[float, Callable[[random.Random, str], bytes]]] = {
 }
 
 
+_KERNEL_TIME = b"2024-01-01T00:00:00.000001+00:00 node0001 kernel: "
+
+
+def _kernel_bad_xid(rng: random.Random) -> bytes:
+    payload = rng.choice([b"banana", b"", b"-5, x", b"99999999999999999999, x", b"\xff\xfe, x", b"((("])
+    bad_id = rng.choice([b"", b"PCI:zz:zz", b"PCI:0000:07:00"])
+    return _KERNEL_TIME + b"NVRM: Xid (" + bad_id + b"): " + payload
+
+
+def _kernel_no_time(rng: random.Random) -> bytes:
+    return (
+        rng.choice([b"", b"node0001 kernel: ", b"[  12.5] "])
+        + b"NVRM: Xid (PCI:0000:07:00): 79, pid=1, name=x, y"
+    )
+
+
+def _kernel_bad_host(rng: random.Random) -> bytes:
+    return b"2024-01-01T00:00:00Z node\xff\xfe01 kernel: NVRM: Xid (PCI:0000:07:00): 79, pid=1, name=x, y"
+
+
+def _kernel_bad_envelope(rng: random.Random) -> bytes:
+    xid = "NVRM: Xid (PCI:0000:07:00): 79, pid=1, name=x, y"
+    good = {"__REALTIME_TIMESTAMP": "1704067200000001", "_HOSTNAME": "node0001", "MESSAGE": xid}
+    broken = rng.choice(["host", "time", "message", "types", "truncated"])
+    if broken == "truncated":
+        text = json.dumps(good).encode()
+        return text[: rng.randrange(text.index(b"NVRM") + 4, len(text) - 1)]
+    document: dict[str, object] = dict(good)
+    if broken == "host":
+        document.pop("_HOSTNAME")
+    elif broken == "time":
+        document["__REALTIME_TIMESTAMP"] = rng.choice(["soon", None, [1], "1.5e3"])
+        if document["__REALTIME_TIMESTAMP"] is None:
+            document.pop("__REALTIME_TIMESTAMP")
+    elif broken == "message":
+        document["MESSAGE"] = rng.choice([7, {"m": xid}, True])
+        document["note"] = "NVRM"
+    else:
+        document["_HOSTNAME"] = rng.choice([["node 1"], "two words", 5])
+    return json.dumps(document).encode()
+
+
+def _kernel_huge(rng: random.Random) -> bytes:
+    return _KERNEL_TIME + b"NVRM: Xid (PCI:0000:07:00): " + b"9" * 1_000_000
+
+
+def _kernel_not_ours(rng: random.Random) -> bytes:
+    return rng.choice([
+        bytes(rng.randrange(256) for _ in range(rng.randrange(1, 300))).replace(b"NVRM", b"nvrm").replace(b"SXid", b"sxid"),
+        _KERNEL_TIME + b"eth0: link up",
+        b"",
+        b"{" * 100,
+        b'{"MESSAGE": [65, 66, 67], "_HOSTNAME": "node0001"}',
+    ])  # fmt: skip
+
+
+#: Hostile kernel-log values (raw, as a shipper's): each a driver line that cannot be read (one dead
+#: letter), or another driver's (nothing).
+KERNEL_MAKERS: dict[str, tuple[float, Callable[[random.Random], bytes], int]] = {
+    "kernel: malformed Xid line": (0.3, _kernel_bad_xid, 1),
+    "kernel: no time stamp": (0.15, _kernel_no_time, 1),
+    "kernel: invalid UTF-8 host": (0.05, _kernel_bad_host, 1),
+    "kernel: broken JSON envelope": (0.3, _kernel_bad_envelope, 1),
+    "kernel: 1 MB driver line": (0.02, _kernel_huge, 1),
+    "kernel: not ours": (0.18, _kernel_not_ours, 0),
+}
+
+
 @dataclass(frozen=True)
 class Hostile:
-    topic_kind: str  # xid, ecc or job (the topic it goes to)
+    topic_kind: str  # xid, ecc, job or kernel (the topic it goes to)
     what: str
     value: bytes | None
     key: bytes | None
 
     @property
     def bad_lines(self) -> int:
-        """Dead letters it must make: one per non-blank line (a null value counts as one empty line)."""
+        """Dead letters it must make: one per non-blank line (a null value counts as one empty line);
+        a kernel-log value is one record, bad (a driver line) or not ours."""
+        if self.topic_kind == "kernel":
+            return KERNEL_MAKERS[self.what][2]
         return sum(1 for _ in message_lines(self.value or b"", 0))
 
 
@@ -178,8 +252,16 @@ def hostile_messages(count: int, seed: int) -> list[Hostile]:
     names = list(MAKERS)
     weights = [MAKERS[name][0] for name in names]
     out = []
+    kernel_names = list(KERNEL_MAKERS)
+    kernel_weights = [KERNEL_MAKERS[name][0] for name in kernel_names]
     for _ in range(count):
-        kind = rng.choice(["xid", "ecc", "job"])
+        kind = rng.choice(["xid", "ecc", "job", "kernel"])
+        if kind == "kernel":
+            what = rng.choices(kernel_names, kernel_weights)[0]
+            out.append(
+                Hostile(kind, what, KERNEL_MAKERS[what][1](rng), rng.choice([None, b"node0001", b"\xff"]))
+            )
+            continue
         roll = rng.random()
         if roll < 0.01:
             out.append(Hostile(kind, "null value", None, b"node0001"))
@@ -257,7 +339,7 @@ def run_fuzz(
         report.bad_lines = sum(message.bad_lines for message in messages)
         report.sent_by_kind = Counter(message.what for message in messages)
         topics = {"xid": env["FAULTSTREAM_TOPIC_XID"], "ecc": env["FAULTSTREAM_TOPIC_ECC"],
-                  "job": env["FAULTSTREAM_TOPIC_JOBS"]}  # fmt: skip
+                  "job": env["FAULTSTREAM_TOPIC_JOBS"], "kernel": env["FAULTSTREAM_TOPIC_KERNEL_LOG"]}  # fmt: skip
         worker = Worker(env, workdir / "worker-store", workdir / "worker.log")
         report.log = worker.log_path
         publisher = subprocess.Popen(

@@ -46,6 +46,8 @@ __all__ = ["GONE_XID", "parse_kernel_log"]
 
 #: The XID a "GPU has fallen off the bus" message without a number is read as (NVIDIA's catalog).
 GONE_XID: Final = 79
+#: The largest XID or SXid code a record holds (the schemas' limit: NVIDIA's codes are far below).
+_MAX_CODE: Final = 65535
 #: An XID 79 and a fallen-off message of the same GPU this close (ms) are one failure.
 _GONE_WINDOW_MS: Final = 30_000
 
@@ -156,6 +158,16 @@ def _pid_name(rest: str) -> tuple[int | None, str, str]:
     return pid, process, rest.strip()
 
 
+def _code(digits: str) -> int:
+    """An XID or SXid code's digits as a number; more digits than any code has: past every code
+    (``int`` of a million digits is refused, and slow well before that)."""
+    return int(digits) if len(digits) <= 9 else _MAX_CODE + 1
+
+
+def _shown(digits: str) -> str:
+    return digits if len(digits) <= 24 else f"{digits[:20]}... ({len(digits)} digits)"
+
+
 def _xid_payload(text: str) -> _Payload | str:
     """The ``NVRM: Xid ...`` text read, or a reason."""
     match = _XID_RE.match(text)
@@ -164,9 +176,9 @@ def _xid_payload(text: str) -> _Payload | str:
     pci = _device_id(match["id"])
     if pci is None:
         return f"truncated or malformed 'NVRM: Xid' line: {match['id']!r} is not a PCI id"
-    xid = int(match["xid"])
-    if xid < 1:
-        return f"XID code must be >= 1, got {xid}"
+    xid = _code(match["xid"])
+    if not 1 <= xid <= _MAX_CODE:
+        return f"XID code must be 1 to {_MAX_CODE}, got {_shown(match['xid'])}"
     pid, process, message = _pid_name(match["rest"] or "")
     return _Payload(xid, pci, pid=pid, process=process, message=message)
 
@@ -179,9 +191,9 @@ def _sxid_payload(text: str) -> _Payload | str:
     pci = _device_id(match["id"])
     if pci is None:
         return f"truncated or malformed 'SXid' line: {match['id']!r} is not a PCI id"
-    code = int(match["xid"])
-    if code < 1:
-        return f"SXid code must be >= 1, got {code}"
+    code = _code(match["xid"])
+    if not 1 <= code <= _MAX_CODE:
+        return f"SXid code must be 1 to {_MAX_CODE}, got {_shown(match['xid'])}"
     return _Payload(code, pci, device="nvswitch", message=(match["rest"] or "").strip())
 
 

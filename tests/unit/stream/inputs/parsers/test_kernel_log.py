@@ -84,7 +84,7 @@ def test_plain_dmesg_sample() -> None:
     assert dead[0].raw == b"[ 5100.000001] NVRM: Xid (PCI:0000:3b"
     assert "truncated or malformed" in dead[0].reason
     assert "invalid UTF-8" in dead[1].reason
-    assert dead[2].reason == "XID code must be >= 1, got 0"
+    assert dead[2].reason == "XID code must be 1 to 65535, got 0"
 
 
 def test_plain_dmesg_without_boot_time_is_one_dead_letter_for_the_file() -> None:
@@ -578,3 +578,16 @@ def test_short_full_with_a_zone_that_is_not_the_timezone_option_asks_for_it() ->
         b"Tue 2025-01-21 05:41:44 CET gpu7 kernel: NVRM: Xid (PCI:0000:3b:00): 79, x", ParseOptions()
     )
     assert "pass --timezone" in dead.reason
+
+
+@pytest.mark.parametrize("code", [b"65536", b"99999999999999999999", b"9" * 1_000_000])
+def test_an_xid_code_past_every_code_is_a_dead_letter_not_a_crash(code: bytes) -> None:
+    line = b"2024-01-15T10:23:45Z node001 kernel: NVRM: Xid (PCI:0000:3b:00): " + code + b", pid=1, name=x, y"
+    sxid = b"2024-01-15T10:23:45Z node001 kernel: nvidia-nvswitch0: SXid (PCI:0000:05:00.0): " + code + b", x"
+    events, dead = split(parse_kernel_log([line, sxid], ParseOptions(), "f"))
+    assert events == []
+    assert [letter.reason.split(",")[0] for letter in dead] == [
+        "XID code must be 1 to 65535",
+        "SXid code must be 1 to 65535",
+    ]
+    assert all(len(letter.reason) < 200 for letter in dead)
