@@ -64,7 +64,9 @@ ruleset(name="ship") {{
 """
         )
         binary = _binary()
-        check = subprocess.run([binary, "-N1", "-f", str(config)], capture_output=True, text=True, check=False)
+        check = subprocess.run(
+            [binary, "-N1", "-f", str(config)], capture_output=True, text=True, check=False
+        )
         assert check.returncode == 0, f"rsyslog refused its configuration:\n{check.stdout}{check.stderr}"
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
