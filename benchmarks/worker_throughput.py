@@ -109,7 +109,10 @@ PRODUCT_PACKAGES = ("stream", "detectors", "schemas")
 #: The topic settings, by name without the prefix (XID, ECC, ..., FLEET_BASELINES).
 TOPIC_SETTINGS = tuple(name.removeprefix("FAULTSTREAM_TOPIC_") for name in Settings.topic_env_names())
 #: Topics every worker run gets afresh (the worker writes them; a second run must not read the first's).
-PER_RUN_TOPICS = ("JOBS_BY_NODE", "INCIDENTS", "DEAD_LETTERS", "CHECKPOINTS", "FLEET", "FLEET_BASELINES")
+PER_RUN_TOPICS = (
+    "JOBS_BY_NODE", "KERNEL_LOG_BY_NODE", "INCIDENTS", "DEAD_LETTERS", "CHECKPOINTS", "FLEET",
+    "FLEET_BASELINES",
+)  # fmt: skip
 #: How often a worker run's committed offsets are read (the embedded replay is timed to its exit:
 #: at 0.2 s the worker's figure carried ~0.1 s of waiting for the next read, 2% of a run). The
 #: metrics page, whose rendering costs the worker CPU, is read only once the offsets are at the end.

@@ -289,8 +289,9 @@ class DetectionCore:
         xid_overrides: Iterable[XidOverride] = (),
     ) -> None:
         self.config = config
-        #: Catalog entries changed or added for a what-if (``faultstream diff --catalog``); kept out
-        #: of ``config`` so that a worker checkpoint's pickled config keeps its layout.
+        #: Catalog entries changed or added (``FAULTSTREAM_XID_CATALOG_FILE``, ``faultstream diff
+        #: --catalog``); kept out of ``config`` so that a worker checkpoint's pickled config keeps
+        #: its layout.
         self._xid_overrides = {override.code: override for override in xid_overrides}
         #: Which nodes this core judges (None: all). A core of a Kafka partition owns the nodes
         #: keyed to it; it hands the fleet stage facts about those only, whatever else it sees.
@@ -344,6 +345,15 @@ class DetectionCore:
         self._recent_xids: dict[tuple[str, str, str], _RecentXids] = {}
         # The UTC day of the last unknown-XID incident per (cluster, node): at most one a day.
         self._unknown_day: dict[tuple[str, str], int] = {}
+
+    @property
+    def xid_overrides(self) -> tuple[XidOverride, ...]:
+        """The catalog entries changed or added, by code."""
+        return tuple(self._xid_overrides[code] for code in sorted(self._xid_overrides))
+
+    @xid_overrides.setter
+    def xid_overrides(self, overrides: Iterable[XidOverride]) -> None:
+        self._xid_overrides = {override.code: override for override in overrides}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Unpickle, also a worker checkpoint from before the per-GPU XID context, the unknown-XID

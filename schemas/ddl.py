@@ -197,7 +197,15 @@ _TABLES: tuple[Table, ...] = (
             summary String
             evidence String
             evidence_count UInt32
-        """),
+        """) + (
+            Column(
+                "config",
+                f"{_LOW} DEFAULT ''",
+                added=True,
+                comment=("The detector configuration's fingerprint (faultstream config --check) this version was",
+                         "made under: versions made under different configurations say so."),
+            ),
+        ),
         "ENGINE = ReplacingMergeTree(version)\nORDER BY incident_id",
     ),
     Table(

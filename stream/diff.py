@@ -14,27 +14,24 @@ their ids are equal (same first evidence) or, failing that, when their evidence 
 
 from __future__ import annotations
 
+import difflib
 import os
-import tomllib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
 
 from detectors.core import CoreConfig, DetectionCore, Emitted
-from detectors.lemon import LemonConfig
-from detectors.xid_catalog import XidCategory, XidOverride
-from detectors.xid_nvidia import XIDS
-from schemas.outputs import Incident, Severity
+from detectors.xid_catalog import XidOverride
+from schemas.outputs import Incident
 from stream.inputs.parsers import Format
 from stream.inputs.parsers.options import ParseOptions
 from stream.replay import ReplaySummary, run_files
-from stream.settings import ENV_PREFIX, Settings, SettingsError
+from stream.settings import DETECTOR_SETTINGS, ENV_PREFIX, Settings, SettingsError
+from stream.xid_overrides import load_xid_overrides
 
 __all__ = [
-    "DETECTION_SETTINGS",
     "Change",
     "IncidentChange",
     "IncidentCollector",
@@ -45,7 +42,6 @@ __all__ = [
     "load_xid_overrides",
     "read_env_file",
     "replay_in_memory",
-    "tunables",
 ]
 
 
@@ -213,60 +209,11 @@ def diff_incidents(base: Iterable[Incident], candidate: Iterable[Incident]) -> I
 
 # -- the two configurations -------------------------------------------------------------------
 
-#: The settings that change what the detectors decide (the rest say where data goes).
-DETECTION_SETTINGS = (
-    "allowed_lateness_seconds",
-    "quiet_period_seconds",
-    "attribution_before_seconds",
-    "attribution_after_seconds",
-    "gpus_per_node",
-    "windows_seconds",
-    "size_buckets",
-    "ecc_keep_interval_seconds",
-)
-
-#: CoreConfig fields filled from settings: set through the setting, not directly.
-_FROM_SETTINGS = frozenset(
-    {
-        "windows_s",
-        "size_buckets",
-        "allowed_lateness_ms",
-        "quiet_period_ms",
-        "attribution_before_ms",
-        "attribution_after_ms",
-        "gpus_per_node",
-        "ecc_keep_interval_ms",
-    }
-)
-
-_NUMBER_TYPES = {"int": int, "float": float}
-
-
-def tunables() -> dict[str, type]:
-    """The detector tunables ``--set`` accepts besides settings, with their types.
-
-    Numeric fields of :class:`~detectors.core.CoreConfig` that no setting fills, and of its
-    :class:`~detectors.lemon.LemonConfig` as ``lemon.<field>``.
-
-    >>> tunables()["storm_min_events"], tunables()["lemon.threshold"]
-    (<class 'int'>, <class 'float'>)
-    """
-    found: dict[str, type] = {}
-    for spec in fields(CoreConfig):
-        kind = _NUMBER_TYPES.get(str(spec.type))
-        if kind is not None and spec.name not in _FROM_SETTINGS:
-            found[spec.name] = kind
-    for spec in fields(LemonConfig):
-        kind = _NUMBER_TYPES.get(str(spec.type))
-        if kind is not None:
-            found[f"lemon.{spec.name}"] = kind
-    return found
-
 
 def _setting_name(name: str) -> str | None:
-    """The settings field a ``--set`` name means (``FAULTSTREAM_QUIET_PERIOD_SECONDS`` or
-    ``quiet_period_seconds``), None if it names no setting."""
-    field_name = name.lower().removeprefix(ENV_PREFIX.lower())
+    """The settings field a ``--set`` name means (``FAULTSTREAM_STORM_MIN_EVENTS``,
+    ``storm_min_events``, or the dotted form ``lemon.threshold``), None if it names no setting."""
+    field_name = name.lower().removeprefix(ENV_PREFIX.lower()).replace(".", "_")
     known = {spec.name for spec in fields(Settings)}
     return field_name if field_name in known else None
 
@@ -281,10 +228,9 @@ class Variant:
         ``base`` or ``candidate``.
     settings
         The settings (the environment with this variant's settings assigned).
-    tunables
-        Detector tunables set on top of the settings' core configuration.
     xid_overrides
-        Catalog entries changed or added.
+        Catalog entries changed or added (the settings' ``xid_catalog_file`` and ``--catalog``
+        files).
     assignments
         The environment files, ``NAME=VALUE`` texts and catalog files that made it from where it
         started (the environment, or the variant it started from), for the summary.
@@ -292,7 +238,6 @@ class Variant:
 
     label: str
     settings: Settings
-    tunables: Mapping[str, int | float] = field(default_factory=dict)
     xid_overrides: tuple[XidOverride, ...] = ()
     assignments: tuple[str, ...] = ()
 
@@ -308,16 +253,18 @@ class Variant:
     ) -> Variant:
         """The variant made by ``NAME=VALUE`` assignments and catalog override files.
 
-        The settings are read from ``environ`` (default: the process environment), or from
-        ``start``'s settings when given, then the ``FAULTSTREAM_*`` variables of ``env_files`` in
-        order (:func:`read_env_file`), then the assignments. Tunables and catalog overrides are
-        ``start``'s with these on top.
+        The settings are read from ``environ`` (default: the process environment, with the
+        configuration file it names), or from ``start``'s settings when given, then the
+        ``FAULTSTREAM_*`` variables of ``env_files`` in order (:func:`read_env_file`), then the
+        assignments: settings that change what the detectors decide
+        (:data:`~stream.settings.DETECTOR_SETTINGS`), named as everywhere else. Catalog overrides
+        are ``start``'s with these files' on top.
 
         Raises
         ------
         SettingsError
             For an assignment without ``=``, an unknown name, a setting that does not change
-            detection, or a value of the wrong type.
+            detection, or a value of the wrong type or out of its range.
         ValueError
             For a catalog file that cannot be used (:func:`load_xid_overrides`).
         """
@@ -332,62 +279,47 @@ class Variant:
         for path in files:
             env.update(read_env_file(path))
         texts = tuple(assignments)
-        tuned: dict[str, int | float] = {} if start is None else dict(start.tunables)
-        known_tunables = tunables()
         for text in texts:
             name, sep, value = text.partition("=")
             name, value = name.strip(), value.strip()
             if not sep or not name:
                 raise SettingsError(f"{label}: {text!r} is not NAME=VALUE")
             setting = _setting_name(name)
-            if setting is not None:
-                if setting not in DETECTION_SETTINGS:
-                    raise SettingsError(
-                        f"{label}: {ENV_PREFIX}{setting.upper()} does not change what the detectors "
-                        f"decide; diff compares incidents (settings it takes: "
-                        f"{', '.join(DETECTION_SETTINGS)})"
-                    )
-                env[ENV_PREFIX + setting.upper()] = value
-            elif name.lower() in known_tunables:
-                kind = known_tunables[name.lower()]
-                try:
-                    tuned[name.lower()] = kind(value)
-                except ValueError:
-                    raise SettingsError(f"{label}: {name}={value!r}: expected {kind.__name__}") from None
-            else:
+            if setting is None:
+                close = difflib.get_close_matches(name.lower().replace(".", "_"), DETECTOR_SETTINGS, n=1)
+                hint = f"did you mean {close[0]}? " if close else ""
                 raise SettingsError(
-                    f"{label}: unknown setting {name!r}: use a FAULTSTREAM_* setting that changes "
-                    f"detection ({', '.join(DETECTION_SETTINGS)}) or a detector tunable "
-                    f"({', '.join(sorted(known_tunables))})"
+                    f"{label}: unknown setting {name!r} ({hint}settings that change detection: "
+                    f"{', '.join(DETECTOR_SETTINGS)})"
                 )
-        overrides: list[XidOverride] = [] if start is None else list(start.xid_overrides)
+            if setting not in DETECTOR_SETTINGS:
+                raise SettingsError(
+                    f"{label}: {ENV_PREFIX}{setting.upper()} does not change what the detectors "
+                    f"decide; diff compares incidents (settings it takes: {', '.join(DETECTOR_SETTINGS)})"
+                )
+            env[ENV_PREFIX + setting.upper()] = value
+        try:
+            settings = Settings.from_env(env)
+            overrides = [] if start is None else list(start.xid_overrides)
+            if start is None or settings.xid_catalog_file != start.settings.xid_catalog_file:
+                overrides.extend(settings.xid_overrides())
+        except SettingsError as exc:
+            raise SettingsError(f"{label}: {exc}") from None
         catalog_files = tuple(catalogs)
         for path in catalog_files:
             overrides.extend(load_xid_overrides(path))
-        variant = cls(
+        return cls(
             label,
-            Settings.from_env(env),
-            tuned,
+            settings,
             tuple(overrides),
             tuple(f"env {path}" for path in files)
             + texts
             + tuple(f"catalog {path}" for path in catalog_files),
         )
-        variant.core_config()  # a bad combination fails before hours of replay, not after
-        return variant
 
     def core_config(self) -> CoreConfig:
-        """The core configuration: the settings', with the tunables set."""
-        config = self.settings.core_config()
-        # Field names and types were checked against the dataclasses when the variant was built.
-        core: dict[str, Any] = {k: v for k, v in self.tunables.items() if not k.startswith("lemon.")}
-        lemon: dict[str, Any] = {k[6:]: v for k, v in self.tunables.items() if k.startswith("lemon.")}
-        try:
-            if lemon:
-                core["lemon"] = replace(config.lemon, **lemon)
-            return replace(config, **core)
-        except ValueError as exc:
-            raise SettingsError(f"{self.label}: {exc}") from None
+        """The core configuration of this variant's settings."""
+        return self.settings.core_config()
 
     def core(self) -> DetectionCore:
         """A fresh detection core of this configuration."""
@@ -424,73 +356,6 @@ def read_env_file(path: Path) -> dict[str, str]:
             raise SettingsError(f"{path}:{number}: unknown setting {name} (faultstream config lists them)")
         found[name] = value
     return found
-
-
-_OVERRIDE_KEYS = {"name", "category", "severity", "hardware", "action"}
-
-
-def load_xid_overrides(path: Path) -> tuple[XidOverride, ...]:
-    """Read a catalog override file: TOML, one ``[xid.CODE]`` table per code changed or added.
-
-    Each table sets any of ``severity`` (info, warn, critical), ``category`` (an XID family such
-    as memory or bus), ``hardware`` (true/false), ``action`` and ``name``; a code outside
-    NVIDIA's catalog needs ``category`` and ``severity``.
-
-    Raises
-    ------
-    FileNotFoundError
-        When the file does not exist.
-    ValueError
-        When it is not TOML, or a table, key or value cannot be used; the message names the file.
-    """
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise ValueError(f"{path}: not TOML: {exc}") from None
-    extra = sorted(set(data) - {"xid"})
-    if extra or not isinstance(data.get("xid"), dict) or not data["xid"]:
-        raise ValueError(f'{path}: expected [xid.CODE] tables only (e.g. [xid.13] severity = "critical")')
-    families = ", ".join(c.value for c in XidCategory if c is not XidCategory.UNKNOWN)
-    overrides = []
-    for code_text, entry in data["xid"].items():
-        where = f"{path}: [xid.{code_text}]"
-        if not code_text.isdigit() or not isinstance(entry, dict):
-            raise ValueError(f"{where}: the table name must be a whole XID code")
-        unknown = sorted(set(entry) - _OVERRIDE_KEYS)
-        if unknown:
-            raise ValueError(
-                f"{where}: unknown key {unknown[0]!r} (keys: {', '.join(sorted(_OVERRIDE_KEYS))})"
-            )
-        values: dict[str, Any] = {}
-        try:
-            if "severity" in entry:
-                values["severity"] = Severity(entry["severity"])
-            if "category" in entry:
-                values["category"] = XidCategory(entry["category"])
-                if values["category"] is XidCategory.UNKNOWN:
-                    raise ValueError
-        except ValueError:
-            raise ValueError(
-                f"{where}: severity must be info, warn or critical; category one of {families}"
-            ) from None
-        if "hardware" in entry and not isinstance(entry["hardware"], bool):
-            raise ValueError(f"{where}: hardware must be true or false")
-        for key in ("name", "action"):
-            if key in entry:
-                if not isinstance(entry[key], str):
-                    raise ValueError(f"{where}: {key} must be a string")
-                values[key] = entry[key]
-        if "hardware" in entry:
-            values["hardware"] = entry["hardware"]
-        if not values:
-            raise ValueError(f"{where}: sets nothing (keys: {', '.join(sorted(_OVERRIDE_KEYS))})")
-        code = int(code_text)
-        if code not in XIDS and ("category" not in values or "severity" not in values):
-            raise ValueError(
-                f"{where}: XID {code} is not in NVIDIA's catalog: a new entry needs a category and a severity"
-            )
-        overrides.append(XidOverride(code=code, source=str(path), **values))
-    return tuple(overrides)
 
 
 # -- replaying in memory ----------------------------------------------------------------------

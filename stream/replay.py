@@ -19,6 +19,7 @@ from clickhouse_connect.driver.client import Client
 
 from detectors.core import DetectionCore, Emitted
 from schemas.records import RECORD_KIND, InvalidRecord
+from stream.configuration import fingerprint
 from stream.inputs.files import LateRecord, MergedInputs, SourceStats
 from stream.inputs.parsers import Format
 from stream.inputs.parsers.options import ParseOptions
@@ -110,7 +111,11 @@ def replay(
     DeadLetterLimitExceeded
         When too many of a file's records are bad; what was good so far has been written.
     """
-    sink = ClickHouseSink(client, settings.database, settings.sink_batch_rows)
+    config = settings.core_config()
+    overrides = settings.xid_overrides()
+    sink = ClickHouseSink(
+        client, settings.database, settings.sink_batch_rows, config=fingerprint(config, overrides)
+    )
 
     def flush(final: bool) -> None:
         if final or sink.should_flush():
@@ -121,7 +126,7 @@ def replay(
         summary = run_files(
             paths,
             settings,
-            DetectionCore(settings.core_config()),
+            DetectionCore(config, xid_overrides=overrides),
             sink,
             options,
             fmt=fmt,

@@ -8,7 +8,7 @@ The configuration reference (docs/configuration.md) is generated from this file'
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,7 +18,7 @@ from detectors.mttf import SizeBuckets
 if TYPE_CHECKING:
     from detectors.core import CoreConfig
 
-__all__ = ["ENV_PREFIX", "INTERNAL_TOPICS", "Settings", "SettingsError"]
+__all__ = ["DETECTOR_SETTINGS", "ENV_PREFIX", "INTERNAL_TOPICS", "Settings", "SettingsError"]
 
 ENV_PREFIX = "FAULTSTREAM_"
 #: The internal topics, named ``<app id>.<suffix>`` unless set (:class:`Settings`).
@@ -33,6 +33,91 @@ INTERNAL_TOPICS = {
 
 class SettingsError(ValueError):
     """A setting has a value that cannot be used; the message names the variable."""
+
+
+def quiet_periods_by_kind(text: str) -> tuple[tuple[Any, int], ...]:
+    """``kind=seconds,...`` as the core's ``(IncidentKind, ms)`` pairs.
+
+    >>> quiet_periods_by_kind("xid_storm=7200, lemon_node=259200")
+    ((<IncidentKind.XID_STORM: 'xid_storm'>, 7200000), (<IncidentKind.LEMON_NODE: 'lemon_node'>, 259200000))
+
+    Raises
+    ------
+    ValueError
+        For a part that is not ``kind=seconds``, a kind that is not an incident kind, or seconds
+        that are not a positive integer.
+    """
+    from schemas.outputs import IncidentKind
+
+    pairs = []
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        kind, sep, value = part.partition("=")
+        if not sep:
+            raise ValueError(f"{part!r} is not kind=seconds")
+        try:
+            incident_kind = IncidentKind(kind)
+        except ValueError:
+            raise ValueError(
+                f"{kind!r} is not an incident kind ({', '.join(k.value for k in IncidentKind)})"
+            ) from None
+        if not value.isdigit() or int(value) <= 0:
+            raise ValueError(f"{kind}: {value!r} is not a positive number of seconds")
+        pairs.append((incident_kind, int(value) * 1000))
+    return tuple(pairs)
+
+
+def _at_least(low: float) -> tuple[Callable[[float], bool], str]:
+    return (lambda value: value >= low), f"must be >= {low:g}"
+
+
+def _above(low: float) -> tuple[Callable[[float], bool], str]:
+    return (lambda value: value > low), f"must be > {low:g}"
+
+
+def _share() -> tuple[Callable[[float], bool], str]:
+    return (lambda value: 0 <= value < 1), "must be >= 0 and < 1"
+
+
+#: The detector settings' ranges (checked by :meth:`Settings.detector_problems`).
+_DETECTOR_RANGES: dict[str, tuple[Callable[[float], bool], str]] = {
+    "allowed_lateness_seconds": _at_least(0),
+    "quiet_period_seconds": _above(0),
+    "attribution_before_seconds": _at_least(0),
+    "attribution_after_seconds": _at_least(0),
+    "gpus_per_node": _at_least(1),
+    "ecc_keep_interval_seconds": _above(0),
+    "storm_window_hours": _above(0),
+    "storm_min_events": _at_least(1),
+    "storm_owner_window_hours": _at_least(0),
+    "storm_baseline_period_seconds": _above(0),
+    "storm_baseline_min_gpus": _at_least(1),
+    "spread_window_hours": _above(0),
+    "spread_min_events": _at_least(1),
+    "spread_min_gpus": _at_least(1),
+    "spread_min_bursts": _at_least(1),
+    "ecc_trend_window": _at_least(1),
+    "ecc_trend_floor_per_day": _above(0),
+    "ecc_trend_threshold": _above(0),
+    "ecc_reference_period_seconds": _above(0),
+    "ecc_reference_window_seconds": _above(0),
+    "ecc_reference_min_gpus": _at_least(1),
+    "lemon_window_seconds": _above(0),
+    "lemon_evaluate_every_seconds": _above(0),
+    "lemon_threshold": _above(0),
+    "lemon_min_signal_surprise": _at_least(0),
+    "lemon_min_history_seconds": _at_least(0),
+    "lemon_episode_gap_seconds": _at_least(0),
+    "lemon_prior_fault_rate": _at_least(0),
+    "lemon_min_confidence": _share(),
+    "lemon_trim_share": _share(),
+}
+#: The settings that change what the detectors decide (the rest say where data goes and how the
+#: pipeline runs): what ``faultstream diff --set`` takes and the detector fingerprint covers.
+DETECTOR_SETTINGS: tuple[str, ...] = (
+    *_DETECTOR_RANGES, "windows_seconds", "size_buckets", "quiet_period_by_kind", "xid_catalog_file",
+)  # fmt: skip
 
 
 def setting(default: Any, doc: str, *, secret: bool = False) -> Any:
@@ -92,6 +177,95 @@ class Settings:
     ecc_keep_interval_seconds: int = setting(
         86400,
         "ECC samples that change nothing are stored at most this often per GPU (every change is stored).",
+    )
+    xid_catalog_file: str = setting(
+        "",
+        "XID catalog overrides: a TOML file of `[xid.CODE]` tables (severity, category, action, reason) "
+        "that change NVIDIA's entries or add codes (docs/detection.md); empty: NVIDIA's catalog as is.",
+    )
+    # -- detector tunables (docs/detection.md says what each detector does with them)
+    storm_window_hours: float = setting(1.0, "XID storm detector: the window a GPU's burst is counted in.")
+    storm_min_events: int = setting(
+        10, "XID storm detector: the fewest XIDs from one GPU in the window that can make a storm."
+    )
+    storm_owner_window_hours: float = setting(
+        168.0,
+        "Job-aware storms: a storm of application XIDs from the one job on its node is the job owner's; "
+        "it is the GPU's when the same GPU stormed under another user's job within this many hours.",
+    )
+    storm_baseline_period_seconds: int = setting(
+        86400,
+        "Fleet stage: the period of the fleet's storm baseline (a period's events are judged against the "
+        "bursts the fleet finished before the previous period began); longer than lateness + the "
+        "attribution window after a job.",
+    )
+    storm_baseline_min_gpus: int = setting(
+        10, "Fleet stage: the usual burst is never above what at least this many distinct GPUs reached."
+    )
+    spread_window_hours: float = setting(24.0, "NVLink flapping detector: the window errors are counted in.")
+    spread_min_events: int = setting(
+        6, "NVLink flapping detector: the fewest errors on a node in the window."
+    )
+    spread_min_gpus: int = setting(
+        1, "NVLink flapping detector: the fewest distinct GPUs those errors come from."
+    )
+    spread_min_bursts: int = setting(
+        2,
+        "NVLink flapping detector: the separate bursts (more than 10 minutes apart) the errors must come "
+        "in; one burst is the links going down once.",
+    )
+    ecc_trend_window: int = setting(4, "ECC trend detector: the samples tested together.")
+    ecc_trend_floor_per_day: float = setting(
+        1.0, "ECC trend detector: the lowest baseline rate of correctable errors per GPU-day."
+    )
+    ecc_trend_threshold: float = setting(
+        6.0, "ECC trend detector: the surprise (-log10 Poisson probability) that makes an anomaly."
+    )
+    ecc_reference_period_seconds: int = setting(
+        3600,
+        "Fleet stage: how often the fleet's healthy ceiling of correctable rates (what a GPU without a "
+        "past of its own is compared with) is decided.",
+    )
+    ecc_reference_window_seconds: int = setting(
+        7 * 86400, "Fleet stage: the event time that ceiling is taken over."
+    )
+    ecc_reference_min_gpus: int = setting(10, "Fleet stage: the fewest GPUs whose rates make that ceiling.")
+    quiet_period_by_kind: str = setting(
+        "ecc_trend=172800,nvlink_flapping=86400,xid_storm=7200,job_xid_storm=7200,lemon_node=259200",
+        "Quiet periods (seconds) of the slow detectors, `kind=seconds` comma-separated, longer than "
+        "`quiet_period_seconds` on purpose (a degradation is seen once per ECC scrape, a lemon verdict "
+        "once a day); a kind not named uses `quiet_period_seconds`.",
+    )
+    lemon_window_seconds: int = setting(
+        28 * 86400, "Lemon nodes: the sliding window of event time (the paper: 28 days)."
+    )
+    lemon_evaluate_every_seconds: int = setting(6 * 3600, "Lemon nodes: how often verdicts are recomputed.")
+    lemon_threshold: float = setting(
+        8.0, "Lemon nodes: the summed surprise (-log10 probability) that makes a lemon."
+    )
+    lemon_min_signal_surprise: float = setting(
+        3.0, "Lemon nodes: the surprise at least one signal must reach on its own."
+    )
+    lemon_min_history_seconds: int = setting(
+        2 * 86400, "Lemon nodes: event time watched before the first verdict."
+    )
+    lemon_episode_gap_seconds: int = setting(
+        6 * 3600, "Lemon nodes: critical incidents on a node closer than this are one fault episode."
+    )
+    lemon_prior_fault_rate: float = setting(
+        6.5,
+        "Lemon nodes: critical faults per 1000 node-days a healthy node is expected to have at the least "
+        "(RSC-1's 6.5): a hardware signal never expects less than this rate times the node's exposure.",
+    )
+    lemon_min_confidence: float = setting(
+        0.9,
+        "Lemon nodes: the confidence a verdict needs, 1 - fleet x P(strongest signal) (the chance that no "
+        "healthy node of a fleet this size shows it by luck).",
+    )
+    lemon_trim_share: float = setting(
+        0.02,
+        "Lemon nodes: the share of the fleet's top nodes of a signal left out of the reference a node is "
+        "compared with (at least one, besides the node itself).",
     )
     dead_letter_max_ratio: float = setting(
         0.5, "Stop loudly when more than this fraction of a source's records are dead letters."
@@ -312,10 +486,29 @@ class Settings:
                 object.__setattr__(self, name, f"{self.worker_app_id}.{suffix}")
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
-        """Read ``FAULTSTREAM_<FIELD>`` variables; keyword overrides (CLI flags) win when not None."""
+    def from_env(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        *,
+        file_values: Mapping[str, Any] | None = None,
+        check: bool = True,
+        **overrides: Any,
+    ) -> Settings:
+        """Read the settings: the TOML file ``FAULTSTREAM_CONFIG_FILE`` names (or ``file_values``,
+        read from one already: :func:`stream.configuration.read_config_file`), then the
+        ``FAULTSTREAM_<FIELD>`` variables, which win over it; keyword overrides (CLI flags) win
+        over both when not None. ``check``: refuse detector settings with a problem (off for
+        ``faultstream config --check``, which lists them all)."""
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
+        if file_values is None and env.get(ENV_PREFIX + "CONFIG_FILE"):
+            from stream.configuration import read_config_file
+
+            file_values, problems = read_config_file(Path(env[ENV_PREFIX + "CONFIG_FILE"]))
+            if problems:
+                more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+                raise SettingsError(problems[0] + more)
+        values.update(file_values or {})
         for spec in fields(cls):
             name = ENV_PREFIX + spec.name.upper()
             if name not in env:
@@ -332,8 +525,23 @@ class Settings:
                 raise SettingsError(f"{name}={raw!r}: expected {spec.type}") from None
         values.update({key: value for key, value in overrides.items() if value is not None})
         settings = cls(**values)
-        settings.core_config()  # validate the derived values now, not in the middle of a run
+        if check:
+            settings.core_config()  # validate the derived values now, not in the middle of a run
         return settings
+
+    def xid_overrides(self) -> tuple[Any, ...]:
+        """The XID catalog overrides of ``xid_catalog_file`` (none when it is empty).
+
+        Raises
+        ------
+        ValueError
+            For a file that cannot be used, with the reason.
+        """
+        if not self.xid_catalog_file:
+            return ()
+        from stream.xid_overrides import load_xid_overrides
+
+        return load_xid_overrides(Path(self.xid_catalog_file))
 
     def with_overrides(self, **overrides: Any) -> Settings:
         """Return a copy with the given (non-None) fields replaced (a new application id renames the
@@ -362,29 +570,105 @@ class Settings:
         """Reference job sizes as integers."""
         return _ints(self.reference_job_sizes)
 
+    def detector_problems(self) -> list[str]:
+        """Every problem of the settings that configure the detectors, one line each (empty: none):
+        a value out of its range, a list that does not parse, a combination the core refuses."""
+        out_of_range = [
+            f"{ENV_PREFIX}{name.upper()}={getattr(self, name)!r}: {why}"
+            for name, (valid, why) in _DETECTOR_RANGES.items()
+            if not valid(getattr(self, name))
+        ]
+        problems: list[str] = []
+        try:
+            _ints(self.reference_job_sizes)
+        except ValueError:
+            problems.append(
+                f"{ENV_PREFIX}REFERENCE_JOB_SIZES={self.reference_job_sizes!r}: not a list of integers"
+            )
+        try:
+            windows = _ints(self.windows_seconds)
+            if not windows or any(w <= 0 for w in windows):
+                raise ValueError
+        except ValueError:
+            problems.append(
+                f"{ENV_PREFIX}WINDOWS_SECONDS={self.windows_seconds!r}: "
+                "not a list of positive integer seconds"
+            )
+        try:
+            SizeBuckets(_ints(self.size_buckets))
+        except ValueError as exc:
+            problems.append(f"{ENV_PREFIX}SIZE_BUCKETS={self.size_buckets!r}: {exc}")
+        try:
+            quiet_periods_by_kind(self.quiet_period_by_kind)
+        except ValueError as exc:
+            problems.append(f"{ENV_PREFIX}QUIET_PERIOD_BY_KIND={self.quiet_period_by_kind!r}: {exc}")
+        if not problems:  # the lists parse: the core can say what else it refuses
+            try:
+                self._core_config()
+            except (ValueError, ZeroDivisionError) as exc:
+                if not out_of_range:
+                    problems.append(f"the detector settings contradict each other: {exc}")
+                elif not any(str(exc) in line for line in out_of_range):
+                    problems.append(f"the detector settings are refused: {exc}")
+        return out_of_range + problems
+
     def core_config(self) -> CoreConfig:
-        """The detection core's configuration."""
+        """The detection core's configuration.
+
+        Raises
+        ------
+        SettingsError
+            Naming the first problem of :meth:`detector_problems` (and how many more there are).
+        """
+        problems = self.detector_problems()
+        if problems:
+            more = f" (and {len(problems) - 1} more: faultstream config --check)" if len(problems) > 1 else ""
+            raise SettingsError(problems[0] + more)
+        return self._core_config()
+
+    def _core_config(self) -> CoreConfig:
         # Imported here: the core's modules (River among them) are for the commands that run it,
         # not for every command that reads a setting (init-kafka, tail, --help).
         from detectors.core import CoreConfig
+        from detectors.lemon import LemonConfig
 
-        try:
-            windows = _ints(self.windows_seconds)
-            buckets = SizeBuckets(_ints(self.size_buckets))
-            if not windows or any(w <= 0 for w in windows):
-                raise ValueError("window lengths must be positive seconds")
-            _ints(self.reference_job_sizes)
-        except ValueError as exc:
-            raise SettingsError(f"invalid window, bucket or job-size list: {exc}") from None
+        seconds = 1000
         return CoreConfig(
-            windows_s=windows,
-            size_buckets=buckets,
-            allowed_lateness_ms=self.allowed_lateness_seconds * 1000,
-            quiet_period_ms=self.quiet_period_seconds * 1000,
-            attribution_before_ms=self.attribution_before_seconds * 1000,
-            attribution_after_ms=self.attribution_after_seconds * 1000,
+            windows_s=_ints(self.windows_seconds),
+            size_buckets=SizeBuckets(_ints(self.size_buckets)),
+            allowed_lateness_ms=self.allowed_lateness_seconds * seconds,
+            quiet_period_ms=self.quiet_period_seconds * seconds,
+            attribution_before_ms=self.attribution_before_seconds * seconds,
+            attribution_after_ms=self.attribution_after_seconds * seconds,
             gpus_per_node=self.gpus_per_node,
-            ecc_keep_interval_ms=self.ecc_keep_interval_seconds * 1000,
+            ecc_keep_interval_ms=self.ecc_keep_interval_seconds * seconds,
+            storm_window_hours=self.storm_window_hours,
+            storm_min_events=self.storm_min_events,
+            spread_window_hours=self.spread_window_hours,
+            spread_min_events=self.spread_min_events,
+            spread_min_gpus=self.spread_min_gpus,
+            ecc_trend_window=self.ecc_trend_window,
+            ecc_trend_floor_per_day=self.ecc_trend_floor_per_day,
+            ecc_trend_threshold=self.ecc_trend_threshold,
+            lemon=LemonConfig(
+                window_ms=self.lemon_window_seconds * seconds,
+                evaluate_every_ms=self.lemon_evaluate_every_seconds * seconds,
+                threshold=self.lemon_threshold,
+                min_signal_surprise=self.lemon_min_signal_surprise,
+                min_history_ms=self.lemon_min_history_seconds * seconds,
+                episode_gap_ms=self.lemon_episode_gap_seconds * seconds,
+                prior_fault_rate=self.lemon_prior_fault_rate,
+                min_confidence=self.lemon_min_confidence,
+                trim_share=self.lemon_trim_share,
+            ),
+            storm_baseline_period_ms=self.storm_baseline_period_seconds * seconds,
+            quiet_period_by_kind_ms=quiet_periods_by_kind(self.quiet_period_by_kind),
+            storm_owner_window_hours=self.storm_owner_window_hours,
+            spread_min_bursts=self.spread_min_bursts,
+            storm_baseline_min_gpus=self.storm_baseline_min_gpus,
+            ecc_reference_period_ms=self.ecc_reference_period_seconds * seconds,
+            ecc_reference_window_ms=self.ecc_reference_window_seconds * seconds,
+            ecc_reference_min_gpus=self.ecc_reference_min_gpus,
         )
 
     @classmethod

@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from stream.cli import diff, explain, kafka, replay, simulate, store
 from stream.cli.common import EXIT_DEAD_LETTERS, EXIT_KAFKA, EXIT_STORE, EXIT_USAGE
 from stream.kafka.security import KafkaAccessError
-from stream.settings import SettingsError
+from stream.settings import ENV_PREFIX, SettingsError
 from stream.sinks.dead_letters import DeadLetterLimitExceeded
 from stream.sinks.errors import StoreError
+
+#: The variable naming the configuration file (``--config`` sets it for the process).
+CONFIG_FILE_VARIABLE = ENV_PREFIX + "CONFIG_FILE"
 
 __all__ = [
     "EXIT_DEAD_LETTERS",
@@ -58,6 +63,13 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="a TOML file of settings (FAULTSTREAM_CONFIG_FILE); the environment wins over it, a command's "
+        "flags over both: docs/configuration.md",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
     # `faultstream --help` lists the commands in the order they are added: replay and report first,
     # whatever their family.
@@ -94,6 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         itself exits with 2 on a usage error.
     """
     args = build_parser().parse_args(argv)
+    if args.config is not None:  # read by every Settings.from_env of this process
+        os.environ[CONFIG_FILE_VARIABLE] = str(args.config)
     logging.basicConfig(level=logging.WARNING, format="faultstream: %(message)s")
     try:
         handler: Callable[[argparse.Namespace], int] = args.handler

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -111,8 +112,16 @@ def add_config_parser(commands: Commands) -> None:
     config = add_command(
         commands,
         "config",
-        help="list every setting, its environment variable and default",
-        example="faultstream config",
+        help="list every setting, its environment variable and default; or check a configuration",
+        example="faultstream config --check /etc/faultstream/faultstream.toml",
+    )
+    config.add_argument(
+        "--check",
+        nargs="?",
+        const="",
+        metavar="FILE",
+        help="check the configuration (FILE, else --config or FAULTSTREAM_CONFIG_FILE, under the "
+        "environment): one line per problem, exit 1 if there is any; else its detector fingerprint",
     )
     config.set_defaults(handler=run_config)
 
@@ -219,19 +228,32 @@ def run_query(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_config(_args: argparse.Namespace) -> int:
-    """Print every setting: its environment variable, its default and what it does.
+def run_config(args: argparse.Namespace) -> int:
+    """Print every setting (its environment variable, its default and what it does), or check a
+    configuration (``--check``).
 
     Parameters
     ----------
-    _args
-        The parsed ``config`` command line (it has no options).
+    args
+        The parsed ``config`` command line.
 
     Returns
     -------
     int
-        The exit code: 0.
+        The exit code: 0, or 1 when ``--check`` found problems.
     """
+    if args.check is not None:
+        from stream.configuration import check_configuration, fingerprint
+
+        settings, problems = check_configuration(os.environ, Path(args.check) if args.check else None)
+        for problem in problems:
+            sys.stdout.write(f"{problem}\n")
+        if settings is None:
+            sys.stderr.write(f"faultstream: {len(problems)} problem(s) in the configuration\n")
+            return 1
+        print_fingerprint = fingerprint(settings.core_config(), settings.xid_overrides())
+        sys.stdout.write(f"configuration OK: detector fingerprint {print_fingerprint}\n")
+        return 0
     for name, default, doc in Settings.reference():
         sys.stdout.write(f"{name} (default {default})\n    {doc}\n")
     return 0

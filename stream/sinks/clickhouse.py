@@ -92,12 +92,13 @@ def _ecc_row(row: EccRow) -> list[Any]:
     ]  # fmt: skip
 
 
-def _incident_row(incident: Incident) -> list[Any]:
+def _incident_row(incident: Incident, config: str) -> list[Any]:
     return [
         incident.incident_id, incident.version, incident.kind, incident.severity.value, incident.status.value,
         incident.cluster, incident.node, incident.gpu, incident.first_evidence_ms, incident.last_evidence_ms,
         incident.detected_ms, incident.detector, incident.score, incident.action, incident.summary,
         orjson.dumps(incident.evidence, option=orjson.OPT_SORT_KEYS).decode(), incident.evidence_count,
+        config,
     ]  # fmt: skip
 
 
@@ -223,9 +224,12 @@ class ClickHouseSink:
         batch_rows: int = 50_000,
         on_flush: Callable[[FlushStats], None] | None = None,
         connect: Callable[[], Client] | None = None,
+        config: str = "",
     ) -> None:
         if client is None and connect is None:
             raise ValueError("ClickHouseSink needs a client, or a way to connect one")
+        #: The detector configuration's fingerprint, stored with every incident version.
+        self.config = config
         self._client = client
         self._connect = connect
         self.database = database
@@ -318,7 +322,7 @@ class ClickHouseSink:
             if batch is None:
                 continue
             tables = dict(batch.rows)
-            tables["incidents"] = [_incident_row(item) for item in batch.incidents.values()]
+            tables["incidents"] = [_incident_row(item, self.config) for item in batch.incidents.values()]
             tables["mttf_partials"] = [_mttf_row(item) for item in batch.mttf.values()]
             for table, rows in tables.items():
                 if not rows:

@@ -44,6 +44,7 @@ import faust
 import faust.utils.venusian
 from faust.tables import TableManager
 
+from stream.configuration import fingerprint
 from stream.gc_tuning import tune_for_streaming
 from stream.kafka.fleet import ForeignDeployment
 from stream.kafka.security import KafkaSecurity
@@ -55,6 +56,7 @@ from stream.sinks.store import connect
 from stream.worker.fetching import install as install_fair_share
 from stream.worker.joining import RunJoining
 from stream.worker.metrics import WorkerMetrics
+from stream.worker.partition import CheckpointConfiguration
 from stream.worker.rekeyed import RekeyedInput, job_copies, kernel_copies
 from stream.worker.runtime import WorkerRuntime, WorkerStalled, WorkerTopics
 
@@ -62,6 +64,8 @@ __all__ = ["build_app", "run_worker"]
 
 _log = logging.getLogger("faultstream.worker")
 
+#: What stops the worker with one line (a configuration to fix), not a traceback.
+_REFUSALS = (ForeignDeployment, CheckpointConfiguration)
 #: How long a stop waits for the timer's round in progress (broker requests, a commit point).
 _STOP_WAIT_SECONDS = 10.0
 
@@ -216,9 +220,11 @@ def build_app(
         metrics.sink_rows.inc(stats.rows)
 
     client, connecting = (connect(settings), None) if store is None else (None, store.client)
+    detectors = fingerprint(settings.core_config(), settings.xid_overrides())
     sink = ClickHouseSink(
-        client, settings.database, settings.sink_batch_rows, on_flush=flushed, connect=connecting
-    )
+        client, settings.database, settings.sink_batch_rows, on_flush=flushed, connect=connecting,
+        config=detectors,
+    )  # fmt: skip
     runtime = WorkerRuntime(app, settings, topics, sink, metrics)
 
     async def stop(failure: BaseException, why: str = "stopping the worker") -> None:
@@ -234,7 +240,7 @@ def build_app(
                 await agent(stream)
             except DeadLetterLimitExceeded:
                 raise  # already crashed the app, with its own message
-            except ForeignDeployment as exc:
+            except _REFUSALS as exc:
                 await stop(exc)  # one line, no traceback: a configuration to fix
                 raise
             except Exception as exc:
@@ -300,7 +306,7 @@ def build_app(
                         # Crash-only: a restart reads everything since the last commit point again.
                         await stop(exc, "stopping the worker so that it is restarted")
                         return
-                    except ForeignDeployment as exc:
+                    except _REFUSALS as exc:
                         await stop(exc)
                         return
 
@@ -332,7 +338,7 @@ def build_app(
                     return
                 try:
                     await runtime.refresh()
-                except ForeignDeployment as exc:
+                except _REFUSALS as exc:
                     await stop(exc)
                     return
 
@@ -354,6 +360,7 @@ def build_app(
         ours.addHandler(handler)
         ours.setLevel(logging.INFO)
         ours.propagate = False
+        _log.info("detector configuration %s (faultstream config --check names it)", detectors)
         if settings.metrics_port:
             metrics.serve(settings.metrics_host, settings.metrics_port)  # if not served yet
             _log.info("metrics on http://%s:%d/metrics", settings.metrics_host, settings.metrics_port)

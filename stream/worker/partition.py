@@ -15,8 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
-from detectors.core import DetectionCore, FleetBaselineMissing
+from detectors.core import CoreConfig, DetectionCore, FleetBaselineMissing
 from detectors.fleet import FROM_THE_START, NO_ECC_REFERENCE, FleetCore, FleetFact, JobPart
+from detectors.reconfiguring import ConfigurationRefused, reconfigure, reconfigure_fleet
+from detectors.xid_catalog import XidOverride
 from schemas.outputs import Incident
 from schemas.records import RECORD_KIND, EccSample, Record
 from schemas.timeutil import DAY_MS
@@ -29,7 +31,13 @@ from stream.worker.checkpoints import CheckpointError, HeldLines, HeldRecord, Pa
 from stream.worker.merge import EventTimeMerger
 from stream.worker.rekeying import CopiesApplied
 
-__all__ = ["CHECKPOINT_COST_FACTOR", "HeldLine", "PartitionWorker"]
+__all__ = [
+    "CHECKPOINT_COST_FACTOR",
+    "CheckpointConfiguration",
+    "HeldLine",
+    "PartitionWorker",
+    "adopt_configuration",
+]
 
 #: A commit point comes at least this many times its checkpoint's cost after the previous one.
 CHECKPOINT_COST_FACTOR = 25.0
@@ -47,6 +55,41 @@ HeldLine = tuple[Record, bytes]
 #: Sources whose records the merge releases without asking :meth:`PartitionWorker._ready`: ECC
 #: samples, whose readiness their processing tells (a call a record saved, ~0.1 µs of ~3.5).
 _GO_UNASKED: Final = frozenset({RECORD_KIND[EccSample]})
+
+
+class CheckpointConfiguration(Exception):
+    """A checkpoint made under a configuration of settings that shape the detector state, which the
+    worker's cannot continue: the worker stops with one line saying what to do."""
+
+
+def adopt_configuration(
+    partition: int, checkpoint: PartitionCheckpoint, config: CoreConfig, overrides: tuple[XidOverride, ...]
+) -> list[str]:
+    """Put a restored checkpoint's detectors (and fleet stage) under the worker's configuration
+    (:mod:`detectors.reconfiguring`); return what changed, ``name: old -> new``.
+
+    Raises
+    ------
+    CheckpointConfiguration
+        When a setting that shapes the state changed.
+    """
+    core = checkpoint.core
+    try:
+        changes = reconfigure(core, config)
+    except ConfigurationRefused as exc:
+        raise CheckpointConfiguration(
+            f"partition {partition}: its checkpoint was made under other values of settings that shape "
+            f"the detector state ({exc}); run with those values again, or start the detectors afresh "
+            "(delete the checkpoint topic: open incidents are then opened anew)"
+        ) from None
+    if core.xid_overrides != overrides:
+        before = ", ".join(str(o.code) for o in core.xid_overrides) or "none"
+        after = ", ".join(str(o.code) for o in overrides) or "none"
+        changes.append(f"XID catalog overrides: codes {before} -> {after}")
+        core.xid_overrides = overrides
+    if checkpoint.fleet is not None:
+        reconfigure_fleet(checkpoint.fleet, config.fleet_config())
+    return changes
 
 
 @dataclass(slots=True)
@@ -166,6 +209,7 @@ class PartitionWorker:
         drained: Callable[[str], float | None],
         sink: RecordSink,
         dead_letters: DeadLetterProducer,
+        xid_overrides: tuple[XidOverride, ...] = (),
     ) -> PartitionWorker:
         """A fresh partition, or one continuing from ``checkpoint``; ``drained(source)`` tells the
         merge whether anything of that source is still waiting to be read. The partition writes
@@ -177,7 +221,9 @@ class PartitionWorker:
             # The partition's core judges the nodes keyed to it; what needs the whole fleet is
             # the fleet stage's, which the owner of partition 0 runs.
             owner = NodeOwner(partition, settings.topic_partitions)
-            core = DetectionCore(settings.core_config(), owns=owner, local_fleet=False)
+            core = DetectionCore(
+                settings.core_config(), owns=owner, local_fleet=False, xid_overrides=xid_overrides
+            )
         else:
             core = checkpoint.core
         pipeline = RecordPipeline(core, sink, dead_letters, settings.allowed_lateness_seconds, partition)

@@ -52,7 +52,7 @@ from stream.worker.fleet_wait import FleetWaitWatch
 from stream.worker.joining import batched_parts, joined_from, skip_applied_lines, skip_applied_parts
 from stream.worker.merge import PUBLISH_SKEW_SECONDS
 from stream.worker.metrics import InputCounters, WorkerMetrics
-from stream.worker.partition import HeldLine, PartitionWorker
+from stream.worker.partition import HeldLine, PartitionWorker, adopt_configuration
 from stream.worker.positions import Delivery, InputPositions
 from stream.worker.rekeyed import RekeyedInput
 from stream.worker.rekeying import copy_deployment, copy_headers
@@ -126,6 +126,10 @@ class WorkerRuntime:
     ) -> None:
         self.app = app
         self.settings = settings
+        #: The detector configuration every partition runs under (a restored checkpoint's is
+        #: brought to it: :func:`stream.worker.partition.adopt_configuration`).
+        self.core_config = settings.core_config()
+        self.xid_overrides = settings.xid_overrides()
         self.topics = topics
         self.sink = sink
         self.metrics = metrics
@@ -492,11 +496,21 @@ class WorkerRuntime:
 
         if loaded is None:
             state = PartitionWorker.start(
-                number, self.settings, self._sources, None, drained, self.sink, self.dead_letters
-            )
+                number, self.settings, self._sources, None, drained, self.sink, self.dead_letters,
+                self.xid_overrides,
+            )  # fmt: skip
             _log.info("partition %d: no checkpoint, the detectors start afresh", number)
         else:
             checkpoint, size = loaded
+            changes = adopt_configuration(number, checkpoint, self.core_config, self.xid_overrides)
+            if changes:
+                _log.warning(
+                    "partition %d: its checkpoint was made under another detector configuration; the "
+                    "detectors go on from it under this worker's (%s): what comes next is judged by the new "
+                    "values, open incidents stay open and resolve by them, nothing decided is decided again. "
+                    "Changed: %s",
+                    number, self.sink.config, "; ".join(changes),
+                )  # fmt: skip
             state = PartitionWorker.start(
                 number, self.settings, self._sources, checkpoint, drained, self.sink, self.dead_letters
             )

@@ -22,7 +22,7 @@ from tests.services.worker import Worker, assert_same_results, cli, results, wai
 
 pytestmark = pytest.mark.e2e
 
-INTERNAL = ("JOBS_BY_NODE", "CHECKPOINTS", "FLEET", "FLEET_BASELINES")
+INTERNAL = ("JOBS_BY_NODE", "KERNEL_LOG_BY_NODE", "CHECKPOINTS", "FLEET", "FLEET_BASELINES")
 
 
 def deployment(bootstrap: str, prefix: str, app: str, tmp_path: Path, **extra: str) -> dict[str, str]:

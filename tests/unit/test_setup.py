@@ -35,7 +35,11 @@ def machine(
     if mvn:
         (bin_dir / "mvn").write_text("#!/bin/sh\necho 'Apache Maven 3.8.7'\n")
         (bin_dir / "mvn").chmod(0o755)
+    modules = tmp_path / "rsyslog-modules"
+    modules.mkdir()
+    (modules / "omkafka.so").write_text("")
     for tool in (
+        "rsyslogd",
         "chromium",
         "promtool",
         "prometheus-alertmanager",
@@ -46,7 +50,7 @@ def machine(
         (bin_dir / tool).write_text("#!/bin/sh\n")
         (bin_dir / tool).chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
-    return {**env, "PATH": str(bin_dir), "VIRTUAL_ENV": sys.prefix}
+    return {**env, "PATH": str(bin_dir), "VIRTUAL_ENV": sys.prefix, "RSYSLOG_MODULES": str(modules)}
 
 
 def setup(env: dict[str, str], *args: str, script: Path = SETUP) -> subprocess.CompletedProcess[str]:
