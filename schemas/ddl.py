@@ -179,31 +179,34 @@ _TABLES: tuple[Table, ...] = (
     ),
     Table(
         "incidents",
-        _columns(f"""
-            incident_id String
-            version UInt64
-            kind {_LOW}
-            severity {_LOW}
-            status {_LOW}
-            cluster {_LOW}
-            node {_LOW}
-            gpu {_LOW}
-            first_evidence {_TS}
-            last_evidence {_TS}
-            detected {_TS}
-            detector {_LOW}
-            score Float64
-            action String
-            summary String
-            evidence String
-            evidence_count UInt32
-        """) + (
+        (
+            *_columns(f"""
+                incident_id String
+                version UInt64
+                kind {_LOW}
+                severity {_LOW}
+                status {_LOW}
+                cluster {_LOW}
+                node {_LOW}
+                gpu {_LOW}
+                first_evidence {_TS}
+                last_evidence {_TS}
+                detected {_TS}
+                detector {_LOW}
+                score Float64
+                action String
+                summary String
+                evidence String
+                evidence_count UInt32
+            """),
             Column(
                 "config",
                 f"{_LOW} DEFAULT ''",
                 added=True,
-                comment=("The detector configuration's fingerprint (faultstream config --check) this version was",
-                         "made under: versions made under different configurations say so."),
+                comment=(
+                    "The detector configuration's fingerprint (faultstream config --check) this version",
+                    "was made under: versions made under different configurations say so.",
+                ),
             ),
         ),
         "ENGINE = ReplacingMergeTree(version)\nORDER BY incident_id",
