@@ -233,7 +233,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--workdir", type=Path, help="kept after the run (default: a temporary folder)")
+    parser.add_argument("--smoke", action="store_true", help="300 XIDs, 9 others each, 20 nodes, 1 run (CI)")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.xids, args.noise, args.nodes, args.days, args.runs = 300, 9, 20, 2, 1
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="kernel-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     try:

@@ -204,3 +204,29 @@ def test_worker_path_smoke() -> None:
         row = cells(out, label)
         assert len(row) == 2 and all(number(cell) > 0 for cell in row), out
     assert "outputs equal to the core alone's: yes" in out, out
+
+
+def markdown_row(table: str, label: str) -> list[str]:
+    """The cells after ``label`` on the markdown table row that starts with it."""
+    rows = [
+        [cell.strip() for cell in line.strip().strip("|").split("|")]
+        for line in table.splitlines()
+        if line.startswith("|")
+    ]
+    found = [row[1:] for row in rows if row[0] == label]
+    assert len(found) == 1, f"no single row {label!r} in:\n{table}"
+    return found[0]
+
+
+def test_kernel_log_worker_smoke(bootstrap: str, tmp_path: Path) -> None:
+    table = run_benchmark("kernel_log_worker.py", bootstrap, tmp_path)
+    for label in ("json", "raw XID lines", "raw, 9 others each"):
+        assert all(number(cell) > 0 for cell in markdown_row(table, label)), table
+
+
+def test_shipped_latency_smoke(bootstrap: str, tmp_path: Path) -> None:
+    table = run_benchmark("shipped_latency.py", bootstrap, tmp_path)
+    [row] = [line for line in table.splitlines() if line.startswith("| 200 |")]
+    cells = [cell.strip() for cell in row.strip().strip("|").split("|")]
+    assert all(number(cell) > 0 for cell in cells), table
+    assert cells[2] == cells[3], f"every planted line must make its incident: {table}"
