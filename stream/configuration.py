@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from stream.settings import ENV_PREFIX, Settings, SettingsError
+from stream.settings import DETECTOR_SETTINGS, ENV_PREFIX, Settings, SettingsError
 
 if TYPE_CHECKING:
     from detectors.core import CoreConfig
@@ -48,6 +48,7 @@ __all__ = [
     "CONFIG_FILE_VARIABLE",
     "check_configuration",
     "config_changes",
+    "describe",
     "fingerprint",
     "read_config_file",
 ]
@@ -170,6 +171,25 @@ def fingerprint(config: CoreConfig, overrides: tuple[XidOverride, ...] = ()) -> 
     """
     text = orjson.dumps(detector_configuration(config, overrides), option=orjson.OPT_SORT_KEYS)
     return hashlib.sha256(text).hexdigest()[:12]
+
+
+def describe(settings: Settings) -> str:
+    """The start line's account of a detector configuration: its fingerprint and the detector
+    settings that differ from their defaults.
+
+    >>> describe(Settings(storm_min_events=5)).split(" ", 1)[1]
+    '(storm_min_events=5)'
+    >>> describe(Settings()).split(" ", 1)[1]
+    '(the defaults)'
+    """
+    defaults = Settings()
+    changed = [
+        f"{name}={getattr(settings, name)}"
+        for name in DETECTOR_SETTINGS
+        if getattr(settings, name) != getattr(defaults, name)
+    ]
+    named = fingerprint(settings.core_config(), settings.xid_overrides())
+    return f"{named} ({', '.join(changed) or 'the defaults'})"
 
 
 def config_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:

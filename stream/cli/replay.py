@@ -100,10 +100,10 @@ def run_replay(args: argparse.Namespace) -> int:
     dead_letter_file = args.dead_letters
     if dead_letter_file is None and settings.is_embedded:
         dead_letter_file = Path(settings.data_dir) / "dead-letters.jsonl"
-    from stream.configuration import fingerprint
+    from stream.configuration import describe, fingerprint
 
     detectors = fingerprint(settings.core_config(), settings.xid_overrides())
-    sys.stderr.write(f"faultstream: detector configuration {detectors}\n")
+    sys.stderr.write(f"faultstream: detector configuration {describe(settings)}\n")
     bar, update = progress_bar(args.progress)
     try:
         summary = replay(

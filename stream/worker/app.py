@@ -44,7 +44,7 @@ import faust
 import faust.utils.venusian
 from faust.tables import TableManager
 
-from stream.configuration import fingerprint
+from stream.configuration import describe, fingerprint
 from stream.gc_tuning import tune_for_streaming
 from stream.kafka.fleet import ForeignDeployment
 from stream.kafka.security import KafkaSecurity
@@ -360,7 +360,7 @@ def build_app(
         ours.addHandler(handler)
         ours.setLevel(logging.INFO)
         ours.propagate = False
-        _log.info("detector configuration %s (faultstream config --check names it)", detectors)
+        _log.info("detector configuration %s", describe(settings))
         if settings.metrics_port:
             metrics.serve(settings.metrics_host, settings.metrics_port)  # if not served yet
             _log.info("metrics on http://%s:%d/metrics", settings.metrics_host, settings.metrics_port)

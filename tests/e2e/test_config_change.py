@@ -54,7 +54,7 @@ def test_a_restart_under_a_new_threshold_goes_on_and_a_state_setting_is_refused(
     first = Worker(env, tmp_path / "store-a", tmp_path / "a.log")
     try:
         wait_until_caught_up(env, [first], timeout=300)
-        assert f"detector configuration {default}" in first.log()
+        assert f"detector configuration {default} (the defaults)" in first.log()
     finally:
         first.stop()
     stored = query(first.store, "SELECT DISTINCT config FROM faultstream.incidents")
@@ -70,6 +70,7 @@ def test_a_restart_under_a_new_threshold_goes_on_and_a_state_setting_is_refused(
         second.stop()
     new = fingerprint(Settings(storm_min_events=5).core_config())
     assert f"under this worker's ({new})" in second.log()
+    assert f"detector configuration {new} (storm_min_events=5)" in second.log()  # the start line shows it
     assert {
         row["config"] for row in query(second.store, "SELECT DISTINCT config FROM faultstream.incidents")
     } <= {new}
