@@ -25,6 +25,7 @@ ENV_PREFIX = "FAULTSTREAM_"
 INTERNAL_TOPICS = {
     "topic_jobs_by_node": "jobs-by-node",
     "topic_kernel_log_by_node": "kernel-log-by-node",
+    "topic_remote_write_parts": "remote-write-parts",
     "topic_checkpoints": "checkpoints",
     "topic_fleet": "fleet",
     "topic_fleet_baselines": "fleet-baselines",
@@ -343,6 +344,12 @@ class Settings:
         "Internal topic: the XID events of the kernel-log topic, re-keyed by node (empty: "
         "`<FAULTSTREAM_WORKER_APP_ID>.kernel-log-by-node`).",
     )
+    topic_remote_write_parts: str = setting(
+        "",
+        "Internal compacted topic of `faultstream receive`: the DCGM values of remote_write requests "
+        "answered but not yet sent out as whole samples (empty: "
+        "`<FAULTSTREAM_WORKER_APP_ID>.remote-write-parts`).",
+    )
     topic_incidents: str = setting(
         "faultstream.incidents", "Output topic of incidents for SREs (key: incident id)."
     )
@@ -472,6 +479,19 @@ class Settings:
         60.0,
         "notify: open incidents' alerts are posted again this often; each ends 4 x this after its "
         "last post, so alerts expire by themselves only if the notifier is gone.",
+    )
+    receive_listen: str = setting(
+        "127.0.0.1:9201",
+        "receive: the address Prometheus' remote_write is served on (`/api/v1/write`); loopback only "
+        "(no TLS nor authentication of its own yet).",
+    )
+    receive_settle_seconds: float = setting(
+        10.0,
+        "receive: a GPU's sample whose counters have not all come is sent out after gathering this long "
+        "(longer than Prometheus' batch_send_deadline, 5 s by default).",
+    )
+    receive_max_body_bytes: int = setting(
+        32 * 1024 * 1024, "receive: the largest request body taken (a larger one is a 413)."
     )
     checkpoint_write_minutes: float = setting(2.0, "ETTR guidance: time to write one checkpoint (w_cp).")
     restart_overhead_minutes: float = setting(

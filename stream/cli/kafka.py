@@ -18,10 +18,12 @@ from stream.settings import Settings
 __all__ = [
     "add_init_kafka_parser",
     "add_notify_parser",
+    "add_receive_parser",
     "add_tail_parser",
     "add_worker_parser",
     "run_init_kafka",
     "run_notify",
+    "run_receive",
     "run_tail",
     "run_worker",
 ]
@@ -45,6 +47,56 @@ def add_init_kafka_parser(commands: Commands) -> None:
         "--kafka", metavar="HOST:PORT", help="bootstrap servers (default FAULTSTREAM_KAFKA_BOOTSTRAP)"
     )
     init_kafka.set_defaults(handler=run_init_kafka)
+
+
+def add_receive_parser(commands: Commands) -> None:
+    """Add ``receive`` and its options.
+
+    Parameters
+    ----------
+    commands
+        The ``faultstream`` subcommands.
+    """
+    receive = add_command(
+        commands,
+        "receive",
+        help="serve Prometheus remote_write: DCGM exporter counters -> the ecc and xid input topics",
+        example="faultstream receive --listen 127.0.0.1:9201 --kafka 127.0.0.1:9092",
+    )
+    receive.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        help="address to serve on, loopback only (default FAULTSTREAM_RECEIVE_LISTEN)",
+    )
+    receive.add_argument(
+        "--kafka", metavar="HOST:PORT", help="bootstrap servers (default FAULTSTREAM_KAFKA_BOOTSTRAP)"
+    )
+    receive.set_defaults(handler=run_receive)
+
+
+def run_receive(args: argparse.Namespace) -> int:
+    """Serve Prometheus remote_write until stopped.
+
+    Parameters
+    ----------
+    args
+        The parsed ``receive`` command line.
+
+    Returns
+    -------
+    int
+        The exit code: 0 (a refused address raises ``SettingsError``: exit code 2).
+    """
+    import asyncio
+
+    from stream.kafka.reachable import wait_for_kafka
+    from stream.receive.server import listen_address, run_receiver
+
+    settings = Settings.from_env(kafka_bootstrap=args.kafka, receive_listen=args.listen)
+    listen_address(settings.receive_listen)  # refused before anything else
+    asyncio.run(wait_for_kafka(settings, "receive"))
+    run_receiver(settings, settings.receive_listen)
+    return 0
 
 
 def add_worker_parser(commands: Commands) -> None:

@@ -78,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_diff_parser(commands)
     kafka.add_init_kafka_parser(commands)
     kafka.add_worker_parser(commands)
+    kafka.add_receive_parser(commands)
     kafka.add_tail_parser(commands)
     kafka.add_notify_parser(commands)
     store.add_init_db_parser(commands)

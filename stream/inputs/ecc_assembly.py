@@ -86,6 +86,8 @@ class EccAssembly:
         self._gpus: dict[_Gpu, _GpuState] = {}
         #: Points that came after their GPU's sample of that time (or a later one) was out.
         self.late_points = 0
+        #: (node, GPU, time) of each gathering out since the caller last took them (:meth:`take_closed`).
+        self._closed: list[tuple[str, int, int]] = []
 
     @property
     def open_gatherings(self) -> int:
@@ -132,6 +134,22 @@ class EccAssembly:
             out.extend(self._ready(key, self._gpus[key], float("inf")))
         return out
 
+    def take_closed(self) -> list[tuple[str, int, int]]:
+        """(node, GPU, time) of the gatherings out since the last call: what they gathered may be
+        forgotten (a receiver's saved parts)."""
+        closed, self._closed = self._closed, []
+        return closed
+
+    def gpu_state(self, node: str, gpu: int) -> tuple[int, int, tuple[str, ...]] | None:
+        """(time of its last sample out, its last XID gauge value, the counters it held) of a GPU."""
+        state = self._gpus.get((node, gpu))
+        return None if state is None else (state.last_ms, state.last_xid, tuple(sorted(state.known)))
+
+    def restore_gpu(self, node: str, gpu: int, last_ms: int, last_xid: int, known: Iterable[str]) -> None:
+        """Take up a GPU where a previous assembly left it (a receiver's restart)."""
+        state = self._gpus.setdefault((node, gpu), _GpuState())
+        state.last_ms, state.last_xid, state.known = last_ms, last_xid, frozenset(known)
+
     def _ready(self, key: _Gpu, state: _GpuState, now: float) -> list[EccSample | XidEvent]:
         """The GPU's gatherings that are complete, oldest first, up to the first that is not."""
         out: list[EccSample | XidEvent] = []
@@ -145,6 +163,7 @@ class EccAssembly:
             state.last_ms = ts_ms
             state.known = held
             node, gpu = key
+            self._closed.append((node, gpu, ts_ms))
             xid = gathering.xid  # the XID event before the sample, as a scrape file gives them
             if xid is not None:
                 if xid > 0 and xid != state.last_xid:

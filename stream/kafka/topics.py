@@ -32,6 +32,9 @@ fleet                  partition  delete by size, ONE partition: each input part
                                   input partition 0, which runs the stage
 fleet-baselines        period     delete by size, ONE partition: the stage's storm baselines (a
                                   few a day), read whole by every worker
+remote-write-parts     GPU/time   compact, ONE partition: ``faultstream receive``'s DCGM values of
+                                  answered requests not yet sent out as whole samples (deleted
+                                  once they are), and each GPU's place
 =====================  =========  ===============================================================
 
 Message timestamps are the records' event times (``CreateTime``), so a replay of history
@@ -89,6 +92,7 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
             {"cleanup.policy": "delete", "retention.ms": str(30 * DAY_MS)},
         ),
         TopicSpec(settings.topic_fleet, 1, replication, raw),
+        TopicSpec(settings.topic_remote_write_parts, 1, replication, {"cleanup.policy": "compact"}),
         TopicSpec(settings.topic_fleet_baselines, 1, replication, raw),
         TopicSpec(
             settings.topic_checkpoints,

@@ -1,0 +1,1 @@
+"""``faultstream receive``: Prometheus remote_write into the input topics."""
