@@ -96,7 +96,7 @@ async def serve(settings: Settings, host: str, port: int) -> None:
         )
         taken = await receiver.restore(options)
         if taken:
-            _log.warning("took up %d saved parts of samples not sent before the last stop", taken)
+            _log.warning("took up %d saved requests of samples not sent before the last stop", taken)
         runner = web.AppRunner(build_web_app(receiver, settings.receive_max_body_bytes), access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, host, port)
@@ -106,15 +106,15 @@ async def serve(settings: Settings, host: str, port: int) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        while not stop.is_set():
+        while not stop.is_set() and not receiver.failed.is_set():
             try:
                 await asyncio.wait_for(stop.wait(), timeout=_SETTLE_EVERY_SECONDS)
             except TimeoutError:
-                try:
-                    await receiver.settle()
-                except KafkaError as exc:
-                    _log.warning("settled samples not sent (%r): tried again", exc)
+                await receiver.settle()
         await runner.cleanup()
+        await receiver.drain()
+        if receiver.failed.is_set():
+            raise SystemExit(1)
     finally:
         await producer.stop()
 

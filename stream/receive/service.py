@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,8 +69,7 @@ class ReceiveCounts:
     by_status: dict[int, int] = field(default_factory=dict)
 
 
-def _part_key(node: str, gpu: int, ts_ms: int, request: int, number: int) -> bytes:
-    return f"part/{node}/{gpu}/{ts_ms}/{request}/{number}".encode()
+_Where = tuple[str, int, int]  # (node, GPU, time) of a gathering
 
 
 def _gpu_key(node: str, gpu: int) -> bytes:
@@ -86,8 +85,16 @@ class Receiver:
         self.assembly = assembly
         self.lock = asyncio.Lock()
         self.counts = ReceiveCounts()
-        #: Saved part keys of each gathering not out yet.
-        self._parts: dict[tuple[str, int, int], list[bytes]] = {}
+        #: Each saved request (its key on the parts topic) and its gatherings not out yet; the saved
+        #: requests of each gathering. A request's message is deleted once all its gatherings are out.
+        self._open: dict[bytes, set[_Where]] = {}
+        self._saved_in: dict[_Where, list[bytes]] = {}
+        #: Each GPU's place as last saved: written again only when its counters or XID gauge change.
+        self._places: dict[tuple[str, int], tuple[tuple[str, ...], int]] = {}
+        self._run = uuid.uuid4().hex[:12]  # request keys of this run never meet a previous run's
+        #: Deliveries under way; set when one failed (the server stops: a restart sends again).
+        self._deliveries: set[asyncio.Task[None]] = set()
+        self.failed = asyncio.Event()
         self._request = 0
         self._partitions: dict[str, int] = {}
 
@@ -121,24 +128,20 @@ class Receiver:
                 continue
             document = orjson.loads(value)
             if key.startswith(b"gpu/"):
-                self.assembly.restore_gpu(
-                    document["node"],
-                    document["gpu"],
-                    document["last_ms"],
-                    document["last_xid"],
-                    document["known"],
-                )
+                node, gpu, known = document["node"], document["gpu"], tuple(document["known"])
+                self.assembly.restore_gpu(node, gpu, document["last_ms"], document["last_xid"], known)
+                self._places[(node, gpu)] = (known, document["last_xid"])
                 continue
-            found = [
-                DcgmPoint(document["node"], document["gpu"], document["pci"], document["ts"], counter, value)
-                for counter, value in document["values"].items()
-            ]
-            self._parts.setdefault((document["node"], document["gpu"], document["ts"]), []).append(key)
-            points.extend(found)
+            self._save(key, document)
+            points.extend(
+                DcgmPoint(group["node"], group["gpu"], group["pci"], group["ts"], counter, value)
+                for group in document
+                for counter, value in group["values"].items()
+            )
             taken += 1
         self.counts.repeats_restored = taken
-        out = self.assembly.add(points)
-        await self._send_out(out)
+        self._dispatch(self.assembly.add(points))
+        await self.drain()
         return taken
 
     async def receive(self, body: bytes) -> Answer:
@@ -157,72 +160,102 @@ class Receiver:
         self.counts.passed_over += skipped
         if bad:
             await self._dead_letters(bad)
+        self._request += 1
+        groups: dict[_Where, dict[str, Any]] = {}
+        for point in points:
+            group = groups.get((point.node, point.gpu, point.ts_ms))
+            if group is None:
+                group = groups[(point.node, point.gpu, point.ts_ms)] = {
+                    "node": point.node, "gpu": point.gpu, "ts": point.ts_ms, "pci": point.pci_bus_id,
+                    "values": {},
+                }  # fmt: skip
+            group["values"][point.counter] = point.value
+        if groups:
+            key = f"request/{self._run}/{self._request}".encode()
+            document = list(groups.values())
+            # A failure here leaves nothing gathered: the request is answered 503 and sent again.
+            await (await self._send(self.settings.topic_remote_write_parts, key, orjson.dumps(document)))
+            self._save(key, document)
+        # Saved: answered now, whatever comes of the samples (a restart gathers them again).
         async with self.lock:
-            self._request += 1
-            groups: dict[tuple[str, int, int], dict[str, Any]] = {}
-            for point in points:
-                group = groups.setdefault(
-                    (point.node, point.gpu, point.ts_ms),
-                    {
-                        "node": point.node,
-                        "gpu": point.gpu,
-                        "ts": point.ts_ms,
-                        "pci": point.pci_bus_id,
-                        "values": {},
-                    },
-                )
-                group["values"][point.counter] = point.value
-            sends = []
-            for number, (where, group) in enumerate(groups.items()):
-                key = _part_key(*where, self._request, number)
-                self._parts.setdefault(where, []).append(key)
-                sends.append(
-                    await self._send(self.settings.topic_remote_write_parts, key, orjson.dumps(group))
-                )
-            await asyncio.gather(*sends)
-            # Saved: answered below whatever the assembly does next (it is redone from the parts).
-            await self._send_out(self.assembly.add(points))
+            self._dispatch(self.assembly.add(points))
         return Answer(204)
 
     async def settle(self) -> None:
         """Send out the samples that have gathered long enough (the timer calls this)."""
         async with self.lock:
-            await self._send_out(self.assembly.due())
+            self._dispatch(self.assembly.due())
 
-    async def _send_out(self, records: Iterable[EccSample | XidEvent]) -> None:
-        """Records to their topics; once acknowledged, their parts deleted and their GPUs' places saved."""
-        sends = []
+    async def drain(self) -> None:
+        """Wait for every delivery under way (a stop)."""
+        while self._deliveries:
+            await asyncio.gather(*list(self._deliveries), return_exceptions=True)
+
+    def _dispatch(self, records: list[EccSample | XidEvent]) -> None:
+        """Send records out (in order: the producer keeps each partition's order); once Kafka has
+        them, delete the parts of the gatherings they closed and save the GPUs' changed places."""
+        if not records and not self.assembly.has_closed():
+            return
+        closed = self.assembly.take_closed()
+        places = []
+        for node, gpu in sorted({(node, gpu) for node, gpu, _ in closed}):
+            place = self.assembly.gpu_state(node, gpu)
+            assert place is not None
+            last_ms, last_xid, known = place
+            if self._places.get((node, gpu)) != (known, last_xid):
+                self._places[(node, gpu)] = (known, last_xid)
+                value = {
+                    "node": node,
+                    "gpu": gpu,
+                    "last_ms": last_ms,
+                    "last_xid": last_xid,
+                    "known": list(known),
+                }
+                places.append((_gpu_key(node, gpu), orjson.dumps(value)))
+        done = []
+        for where in closed:
+            for key in self._saved_in.pop(where, ()):
+                still = self._open.get(key)
+                if still is not None:
+                    still.discard(where)
+                    if not still:
+                        del self._open[key]
+                        done.append(key)
         for record in records:
-            topic = self.settings.topic_ecc if isinstance(record, EccSample) else self.settings.topic_xid
-            sends.append(await self._send(topic, record_key(record), encode_record(record), record.ts_ms))
             if isinstance(record, EccSample):
                 self.counts.samples_out += 1
             else:
                 self.counts.xids_out += 1
-        await asyncio.gather(*sends)
-        closed = self.assembly.take_closed()
-        if not closed:
-            return
-        tombstones = []
-        for node, gpu, ts_ms in closed:
-            for key in self._parts.pop((node, gpu, ts_ms), ()):
-                tombstones.append(await self._send(self.settings.topic_remote_write_parts, key, None))
-        for node, gpu in sorted({(node, gpu) for node, gpu, _ in closed}):
-            place = self.assembly.gpu_state(node, gpu)
-            assert place is not None
-            value = {
-                "node": node,
-                "gpu": gpu,
-                "last_ms": place[0],
-                "last_xid": place[1],
-                "known": list(place[2]),
-            }
-            tombstones.append(
-                await self._send(
-                    self.settings.topic_remote_write_parts, _gpu_key(node, gpu), orjson.dumps(value)
-                )
+        task = asyncio.get_running_loop().create_task(self._deliver(records, done, places))
+        self._deliveries.add(task)
+        task.add_done_callback(self._deliveries.discard)
+
+    async def _deliver(
+        self, records: list[EccSample | XidEvent], done: list[bytes], places: list[tuple[bytes, bytes]]
+    ) -> None:
+        try:
+            sends = []
+            for record in records:
+                topic = self.settings.topic_ecc if isinstance(record, EccSample) else self.settings.topic_xid
+                sends.append(await self._send(topic, record_key(record), encode_record(record), record.ts_ms))
+            await asyncio.gather(*sends)
+            parts = self.settings.topic_remote_write_parts
+            after = [await self._send(parts, key, None) for key in done]
+            after += [await self._send(parts, key, value) for key, value in places]
+            await asyncio.gather(*after)
+        except Exception as exc:
+            # Gathered in memory, not in Kafka: only a restart (from the parts saved) sends them.
+            _log.error(
+                "samples not delivered to Kafka (%r): stopping so that a restart sends them again", exc
             )
-        await asyncio.gather(*tombstones)
+            self.failed.set()
+
+    def _save(self, key: bytes, groups: list[dict[str, Any]]) -> None:
+        """Remember a saved request's gatherings (deleted from the topic once all are out)."""
+        wheres = {(group["node"], group["gpu"], group["ts"]) for group in groups}
+        self._open[key] = wheres
+        for where in wheres:
+            self._saved_in.setdefault(where, []).append(key)
 
     async def _send(self, topic: str, key: bytes, value: bytes | None, ts_ms: int | None = None) -> Any:
         partitions = self._partitions.get(topic)
