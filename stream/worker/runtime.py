@@ -740,6 +740,8 @@ class WorkerRuntime:
             return
         pending = 0
         for state in list(self.partitions.values()):
+            if not self._current(state):
+                continue  # dropped by a revocation during a hand-over of this loop (see _current)
             idle = self._fleet_idle(state)
             pending += int(state.drained_since is not None and not idle and not state.announced_idle)
             if (
@@ -796,6 +798,8 @@ class WorkerRuntime:
     # -- commit points ----------------------------------------------------------------------
 
     async def _release(self, state: PartitionWorker) -> None:
+        if not self._current(state):
+            return  # dropped by a revocation since the caller took it (see _current)
         self.metrics.late_events.inc(state.process_released())
         if state.hand_over_due():
             # The fleet stage decides a period's storm baseline once every partition's horizon
@@ -886,7 +890,19 @@ class WorkerRuntime:
     def _still_ours(self, state: PartitionWorker) -> Callable[[], bool]:
         """Whether ``state`` is still this worker's partition (a rebalance may revoke it while a
         flush is retried or a send awaited)."""
-        return lambda: self.partitions.get(state.partition) is state
+        return lambda: self._current(state)
+
+    def _current(self, state: PartitionWorker) -> bool:
+        """Whether ``state`` is still its partition's state here. A round that goes through the
+        states it took at its start (the timer's releases, idle announcements and fleet waits)
+        awaits the broker on the way, and a revocation meanwhile drops the states it has still to
+        visit: those are left alone. A dropped state's partition is no longer this worker's, so its
+        merge takes every source for drained (:meth:`_source_drained`) and would release into its
+        core what it holds back for sources with more to read. The rows that makes (a job
+        `running` past an end not read yet, at versions above its `ended` rows) would go to the
+        sink batch the drop discarded, which the partition's next state on this worker writes,
+        and its facts and idleness to the fleet stage."""
+        return self.partitions.get(state.partition) is state
 
     async def commit(self, state: PartitionWorker) -> None:
         """Reach the partition's commit point (:mod:`stream.worker.commit`)."""
@@ -969,7 +985,7 @@ class WorkerRuntime:
         (:mod:`stream.worker.fleet_wait`)."""
         now = time.monotonic()
         for state in list(self.partitions.values()):
-            if self.fleet_waits.check(state, stage, now):
+            if self._current(state) and self.fleet_waits.check(state, stage, now):
                 awaited = state.decide_without_fleet()
                 if awaited is not None:
                     self.metrics.fleet_decided_without.labels(awaited[0]).inc()

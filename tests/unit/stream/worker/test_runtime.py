@@ -337,7 +337,7 @@ def test_only_a_backlog_worth_catching_up_commits_as_soon_as_it_ends(
     waits for the flush interval; the end of a real backlog (a restart, history replayed) is a
     commit point at once. Each end of a passing lag was one before: 1.8 checkpoints a second."""
     runtime, commits, lag = released_runtime(clock)
-    state = ReleasedPartition(last_commit=clock[0])
+    state = runtime.partitions[0] = ReleasedPartition(last_commit=clock[0])  # type: ignore[assignment]
     lag[0] = (backlog_records // 100, float(backlog_records))
     asyncio.run(runtime._release(state))  # type: ignore[arg-type]
     clock[0] += 0.3
@@ -357,7 +357,7 @@ def test_a_backlog_commits_at_its_end_after_commit_points_on_the_way(clock: list
     to go) do not make its end wait for the next interval: the mark stays until the end (a commit
     point cleared it once, and the last 20,000 records of every replay waited up to 2 s)."""
     runtime, commits, lag = released_runtime(clock)
-    state = ReleasedPartition(last_commit=clock[0])
+    state = runtime.partitions[0] = ReleasedPartition(last_commit=clock[0])  # type: ignore[assignment]
     flush = runtime.settings.worker_flush_seconds
     start = clock[0]
     for after, records in (
@@ -450,3 +450,66 @@ def test_the_checkpoint_topic_is_connected_once_for_every_caller_and_its_failure
     errors = asyncio.run(two_callers())
     assert [str(e) for e in errors] == ["no such topic", "no such topic"]
     assert failing.checkpoints.starts == 1 and not failing.checkpoints_started  # type: ignore[attr-defined]
+
+
+def test_a_revocation_during_a_round_leaves_the_partitions_it_dropped_alone(clock: list[float]) -> None:
+    """The tick goes through the states it took at its start, and a commit point awaits the broker:
+    a revocation meanwhile (Faust calls ``forget``) drops the states the round has still to visit.
+    Such a state is left as it was. Its partition is no longer this worker's, so its merge would
+    take every source for drained and release what it holds back for sources with more to read,
+    into rows (`running` MTTF rows of a job whose end is not read yet) in the sink batch the drop
+    discarded, which the partition's next state on this worker writes."""
+    from schemas.records import JobEvent, JobState, XidEvent
+    from stream.sinks.clickhouse import ClickHouseSink
+
+    runtime, _app, consumer = counting_runtime()
+    runtime.topics = WorkerTopics(
+        kinds={"t.xid": "xid", "t.jobs-by-node": "job"},
+        jobs="t.jobs", jobs_by_node=None, incidents=None, dead_letters=None,
+    )  # fmt: skip
+    runtime._sources = ["job", "xid"]
+    runtime._topic_of = {"xid": "t.xid", "job": "t.jobs-by-node"}
+    runtime.settings = Settings.from_env(kafka_bootstrap="127.0.0.1:1", worker_idle_seconds=0.0)
+
+    def never_connected() -> Any:
+        raise AssertionError("nothing is flushed here")
+
+    runtime.sink = ClickHouseSink(None, "faultstream", connect=never_connected)
+    tps = {TP(topic, number) for topic in runtime.topics.kinds for number in (1, 2)}
+    consumer.assigned = tps
+    consumer.highwater_of = dict.fromkeys(tps, 10)  # each partition has more to read
+    states = {}
+    for number in (1, 2):  # the round visits 1, then 2
+        states[number] = runtime.partitions[number] = PartitionWorker.start(
+            number, runtime.settings, runtime._sources, None,
+            lambda source, number=number: runtime._source_drained(number, source),
+            runtime.sink, runtime.dead_letters,
+        )  # fmt: skip
+    hour = 3_600_000
+    run = JobEvent(ts_ms=0, cluster="c", job_id="7", state=JobState.RUNNING, nodes=("n2",), start_ms=0)
+    later = [XidEvent(ts_ms=h * hour, cluster="c", node="n2", xid=13, gpu="0000:01:00") for h in (2, 4)]
+    dropped = states[2]
+    dropped.merger.add("job", run.ts_ms, (run, b""))
+    for xid in later:
+        dropped.merger.add("xid", xid.ts_ms, (xid, b""))
+    dropped.applied = {"t.jobs-by-node": 0, "t.xid": 1}
+    revoke = [False]
+
+    async def commit(state: Any) -> None:
+        if revoke[0] and state.partition == 1:
+            runtime.forget(tps)  # the revocation, while the commit point awaits the broker
+        state.uncommitted, state.changed, state.last_commit = 0, False, clock[0]
+
+    runtime.commit = commit  # type: ignore[method-assign]
+    states[1].uncommitted = 1
+    asyncio.run(runtime.tick())
+    # The jobs copies have more to read: the XIDs after the job's start wait for them.
+    assert len(dropped.merger) == 2 and dropped.core.max_event_ms == 0
+    written = runtime.sink.pending_rows(2)
+
+    states[1].uncommitted, states[1].last_commit = 1, 0.0  # its next commit point is due
+    revoke[0] = True
+    asyncio.run(runtime.tick())
+    assert runtime.partitions == {}
+    assert runtime.sink.pending_rows(2) == 0 < written  # discarded by the drop, and nothing since
+    assert len(dropped.merger) == 2 and dropped.core.max_event_ms == 0  # the dropped state is left as it was
