@@ -464,9 +464,8 @@ def test_a_revocation_during_a_round_leaves_the_partitions_it_dropped_alone(cloc
 
     runtime, _app, consumer = counting_runtime()
     runtime.topics = WorkerTopics(
-        kinds={"t.xid": "xid", "t.jobs-by-node": "job"},
-        jobs="t.jobs", jobs_by_node=None, incidents=None, dead_letters=None,
-    )  # fmt: skip
+        kinds={"t.xid": "xid", "t.jobs-by-node": "job"}, rekeyed=(), incidents=None, dead_letters=None
+    )
     runtime._sources = ["job", "xid"]
     runtime._topic_of = {"xid": "t.xid", "job": "t.jobs-by-node"}
     runtime.settings = Settings.from_env(kafka_bootstrap="127.0.0.1:1", worker_idle_seconds=0.0)
