@@ -230,3 +230,9 @@ def test_shipped_latency_smoke(bootstrap: str, tmp_path: Path) -> None:
     cells = [cell.strip() for cell in row.strip().strip("|").split("|")]
     assert all(number(cell) > 0 for cell in cells), table
     assert cells[2] == cells[3], f"every planted line must make its incident: {table}"
+
+
+def test_receive_throughput_smoke(bootstrap: str, tmp_path: Path) -> None:
+    table = run_benchmark("receive_throughput.py", bootstrap, tmp_path)
+    [row] = [line for line in table.splitlines() if line.startswith("| 4 |")]
+    assert all(number(cell.strip()) > 0 for cell in row.strip().strip("|").split("|")), table
