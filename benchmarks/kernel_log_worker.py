@@ -32,7 +32,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from datetime import UTC, datetime
@@ -50,6 +49,7 @@ from worker_throughput import (
     metrics_page,
     run_cli,
     topics_of,
+    work_folder,
 )
 
 from stream.worker.caught_up import caught_up_on_gauges
@@ -237,13 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.smoke:
         args.xids, args.noise, args.nodes, args.days, args.runs = 300, 9, 20, 2, 1
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="kernel-bench-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    try:
+    with work_folder(args.workdir, "kernel-bench-") as workdir:
         return asyncio.run(measure(args, workdir))
-    finally:
-        if args.workdir is None:
-            shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -22,12 +22,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
 import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -44,6 +42,7 @@ from worker_throughput import (
     log,
     run_cli,
     topics_of,
+    work_folder,
 )
 
 from stream.inputs.parsers.dcgm import METRIC_COUNTERS, XID_METRIC
@@ -159,9 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.smoke:
         args.nodes, args.scrapes, args.runs = 8, 2, 1
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="receive-bench-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    try:
+    with work_folder(args.workdir, "receive-bench-") as workdir:
         warmup, _, _ = requests(args.nodes, 1, args.per_request)
         bodies, samples, ecc_samples = requests(args.nodes, args.scrapes, args.per_request, first=1)
         log(f"{len(bodies):,} requests, {samples:,} samples, {ecc_samples:,} ECC samples to come out")
@@ -186,9 +183,6 @@ def main(argv: list[str] | None = None) -> int:
             f"{out:.2f}",
         ]
         print(f"| {' | '.join(cells)} | {samples / out:,.0f} |")
-    finally:
-        if args.workdir is None:
-            shutil.rmtree(workdir, ignore_errors=True)
     return 0
 
 

@@ -32,7 +32,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from datetime import UTC, datetime
@@ -50,6 +49,7 @@ from worker_throughput import (
     log,
     run_cli,
     topics_of,
+    work_folder,
 )
 
 NOISE = (
@@ -235,14 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.smoke:
         args.rate, args.seconds, args.warmup = 200, 5, 3
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="shipped-latency-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    log(f"work folder {workdir}")
-    try:
+    with work_folder(args.workdir, "shipped-latency-") as workdir:
+        log(f"work folder {workdir}")
         return asyncio.run(measure(args, workdir))
-    finally:
-        if args.workdir is None:
-            shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -89,7 +89,7 @@ import tempfile
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -408,6 +408,18 @@ async def worker_run(
     await kafka.delete(own_topics)
     shutil.rmtree(data_dir, ignore_errors=True)
     return Measurement(total / (processed - launched), steady)
+
+
+@contextlib.contextmanager
+def work_folder(given: Path | None, prefix: str) -> Iterator[Path]:
+    """The benchmark's work folder: ``given`` (kept), or a temporary one (deleted at the end)."""
+    folder = given or Path(tempfile.mkdtemp(prefix=prefix))
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        yield folder
+    finally:
+        if given is None:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def free_port() -> int:

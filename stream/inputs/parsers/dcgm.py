@@ -62,6 +62,7 @@ __all__ = [
     "DCGM_BLANKS",
     "METRIC_COUNTERS",
     "XID_METRIC",
+    "gpu_of_labels",
     "is_dcgm_blank",
     "parse_dcgm",
     "samples_lack_time_stamps",
@@ -133,6 +134,27 @@ _LABEL_CACHE_LIMIT: Final = 50_000
 _Labels = tuple[str, int, str] | str
 
 
+def gpu_of_labels(labels: dict[str, str]) -> tuple[int, str] | str:
+    """(GPU index, PCI id) of dcgm-exporter's labels (``gpu``, ``pci_bus_id`` in any case and
+    width: the kernel's form), or the reason they give none.
+
+    >>> gpu_of_labels({"gpu": "3", "pci_bus_id": "00000000:3B:00.0"}), gpu_of_labels({"gpu": "x"})
+    ((3, '0000:3b:00'), "'gpu' label must be an integer, got 'x'")
+    """
+    gpu_text = labels.get("gpu")
+    if gpu_text is None:
+        return "no 'gpu' label"
+    if not gpu_text.isdigit():
+        return f"'gpu' label must be an integer, got {gpu_text!r}"
+    pci = labels.get("pci_bus_id", "")
+    if pci:
+        try:
+            pci = normalize_pci_bus_id(pci)
+        except ValueError as exc:
+            return f"label 'pci_bus_id': {exc}"
+    return int(gpu_text), pci
+
+
 def _parse_labels(text: str, fallback_node: str) -> _Labels:
     labels: dict[str, str] = {}
     position = 0
@@ -148,21 +170,13 @@ def _parse_labels(text: str, fallback_node: str) -> _Labels:
             value = _ESCAPE_RE.sub(lambda found: _ESCAPES[found.group(0)], value)
         labels[match.group(1)] = value
         position = match.end()
-    gpu_text = labels.get("gpu")
-    if gpu_text is None:
-        return "no 'gpu' label"
-    if not gpu_text.isdigit():
-        return f"'gpu' label must be an integer, got {gpu_text!r}"
-    pci = labels.get("pci_bus_id", "")
-    if pci:
-        try:
-            pci = normalize_pci_bus_id(pci)
-        except ValueError as exc:
-            return f"label 'pci_bus_id': {exc}"
+    gpu = gpu_of_labels(labels)
+    if isinstance(gpu, str):
+        return gpu
     node = labels.get("Hostname") or labels.get("hostname") or fallback_node
     if not node:
         return "no 'Hostname' label and no node name from the file name: pass --node"
-    return node, int(gpu_text), pci
+    return node, *gpu
 
 
 def _value(text: bytes) -> int | str:

@@ -32,8 +32,8 @@ import cramjam
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
-from schemas.records import InvalidRecord, normalize_pci_bus_id
-from stream.inputs.parsers.dcgm import METRIC_COUNTERS, XID_METRIC, is_dcgm_blank
+from schemas.records import InvalidRecord
+from stream.inputs.parsers.dcgm import METRIC_COUNTERS, XID_METRIC, gpu_of_labels, is_dcgm_blank
 
 __all__ = ["DcgmPoint", "RemoteWriteError", "WriteRequest", "dcgm_points", "decode_write_request"]
 
@@ -145,22 +145,14 @@ def _host_of(instance: str) -> str:
 
 
 def _gpu_labels(labels: dict[str, str]) -> tuple[str, int, str] | str:
-    """(node, GPU index, PCI id) of a series, or the reason it has none."""
+    """(node, GPU index, PCI id) of a series, or the reason it has none (as a scrape's line)."""
+    gpu = gpu_of_labels(labels)
+    if isinstance(gpu, str):
+        return gpu
     node = labels.get("Hostname") or labels.get("hostname") or _host_of(labels.get("instance", ""))
     if not node:
         return "no 'Hostname', 'hostname' or 'instance' label"
-    gpu_text = labels.get("gpu")
-    if gpu_text is None:
-        return "no 'gpu' label"
-    if not gpu_text.isdigit():
-        return f"'gpu' label must be an integer, got {gpu_text!r}"
-    pci = labels.get("pci_bus_id", "")
-    if pci:
-        try:
-            pci = normalize_pci_bus_id(pci)
-        except ValueError as exc:
-            return f"label 'pci_bus_id': {exc}"
-    return node, int(gpu_text), pci
+    return node, *gpu
 
 
 def dcgm_points(request: Any, source: str) -> tuple[list[DcgmPoint], list[InvalidRecord], int]:

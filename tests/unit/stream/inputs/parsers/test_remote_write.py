@@ -95,7 +95,7 @@ def test_nan_stale_markers_and_blanks_are_passed_over_and_bad_values_are_dead_le
         ({"Hostname": "", "hostname": "h1"}, "h1"),
         ({"Hostname": "", "instance": "gpu-node-3:9400"}, "gpu-node-3"),
         ({"Hostname": "", "instance": "[fd00::7]:9400"}, "fd00::7"),
-        ({"Hostname": "", "gpu": "x"}, "no 'Hostname', 'hostname' or 'instance' label"),
+        ({"Hostname": ""}, "no 'Hostname', 'hostname' or 'instance' label"),
         ({"gpu": "zero"}, "'gpu' label must be an integer, got 'zero'"),
         ({"pci_bus_id": "nonsense"}, "label 'pci_bus_id'"),
     ],
