@@ -184,7 +184,7 @@ def diff_incidents(base: Iterable[Incident], candidate: Iterable[Incident]) -> I
 
     Examples
     --------
-    >>> from schemas.outputs import IncidentKind, IncidentStatus
+    >>> from schemas.outputs import IncidentKind, IncidentStatus, Severity
     >>> def incident(first, last, severity="warn", gpu="0"):
     ...     return Incident(f"inc-{gpu}-{first}", IncidentKind.XID_STORM, Severity(severity),
     ...         IncidentStatus.RESOLVED, "c", "n1", gpu, first, last, first, "xid_burst", 1.0, "", "",

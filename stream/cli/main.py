@@ -107,9 +107,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         itself exits with 2 on a usage error.
     """
     args = build_parser().parse_args(argv)
-    if args.config is not None:  # read by every Settings.from_env of this process
-        os.environ[CONFIG_FILE_VARIABLE] = str(args.config)
     logging.basicConfig(level=logging.WARNING, format="faultstream: %(message)s")
+    before = os.environ.get(CONFIG_FILE_VARIABLE)
+    if args.config is not None:  # read by every Settings.from_env of the command
+        os.environ[CONFIG_FILE_VARIABLE] = str(args.config)
     try:
         handler: Callable[[argparse.Namespace], int] = args.handler
         return handler(args)
@@ -128,6 +129,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `faultstream report | head`: the reader left, nothing to say
         sys.stderr.close()
         return 0
+    finally:
+        # As it was (main() runs in tests' processes too: a --config must not outlive its command).
+        if args.config is not None:
+            if before is None:
+                os.environ.pop(CONFIG_FILE_VARIABLE, None)
+            else:
+                os.environ[CONFIG_FILE_VARIABLE] = before
 
 
 if __name__ == "__main__":

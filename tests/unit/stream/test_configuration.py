@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -93,3 +94,4 @@ def test_config_check_prints_the_problems_or_the_fingerprint(
     assert capsys.readouterr().out == (
         f"configuration OK: detector fingerprint {fingerprint(CoreConfig(storm_min_events=5))}\n"
     )
+    assert "FAULTSTREAM_CONFIG_FILE" not in os.environ  # --config is the command's, not the process's
