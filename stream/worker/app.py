@@ -64,6 +64,8 @@ __all__ = ["build_app", "run_worker"]
 
 _log = logging.getLogger("faultstream.worker")
 
+#: How soon the broker is asked how far the inputs go after an assignment (then every interval).
+_FIRST_REFRESH_SECONDS = 0.05
 #: What stops the worker with one line (a configuration to fix), not a traceback.
 _REFUSALS = (ForeignDeployment, CheckpointConfiguration)
 #: How long a stop waits for the timer's round in progress (broker requests, a commit point).
@@ -332,7 +334,9 @@ def build_app(
         # without holding the tick up (an answer can take most of a second under load, and the
         # tick applies what the fleet stage decided).
         while not app.should_stop:
-            await app.sleep(interval)
+            # Soon after an assignment: until the inputs' progress is known, an input that sends
+            # nothing (an unused kernel log) holds every partition's merge back.
+            await app.sleep(_FIRST_REFRESH_SECONDS if runtime.progress_unknown else interval)
             async with refresh_round:
                 if stopped.is_set():
                     return

@@ -58,6 +58,8 @@ T = TypeVar("T")
 #: records went to memory out of the CPU's caches and the core read them there: decoding took
 #: 1.5x and the release into the core 1.7x what they take now (benchmarks/worker_path.py).
 _COMPACT_AFTER = 64
+#: A source's newest event time before it delivered anything.
+_NOTHING_YET = -(2**63)
 #: An event time past every real one (the low watermark when every source is idle).
 _END_OF_TIME = 2**63
 
@@ -65,7 +67,7 @@ _END_OF_TIME = 2**63
 @dataclass(slots=True)
 class _Source:
     name: str
-    newest_ms: int = -(2**63)
+    newest_ms: int = _NOTHING_YET
     last_seen: float = 0.0
     #: Items held, ``(event time, arrival, arrived at, item)`` sorted; those before ``head`` are gone.
     held: list[tuple[int, int, float, Any]] = field(default_factory=list)
@@ -123,6 +125,8 @@ class EventTimeMerger(Generic[T]):
     idle_after: float = 2.0
     clock: Callable[[], float] = field(default=lambda: 0.0)
     drained: Callable[[str], float | None] = field(default=lambda source: float("inf"))
+    #: Sources a deployment may not use at all: idle from the start while drained.
+    optional: frozenset[str] = frozenset()
     _state: dict[str, _Source] = field(default_factory=dict)
     #: The sources by name: a tie in event time goes to the first.
     _by_name: list[_Source] = field(default_factory=list)
@@ -177,7 +181,12 @@ class EventTimeMerger(Generic[T]):
         active: list[int] = []
         idle: list[tuple[int, float]] = []
         for name, state in self._state.items():
-            drained_at = None if now - state.last_seen < self.idle_after else self.drained(name)
+            # An optional source that has delivered nothing is idle as soon as nothing of it is left
+            # to read: there is no silence between its records to wait out (the kernel log of a site
+            # that ships none held every other source for ``idle_after`` at each start).
+            unused = state.newest_ms == _NOTHING_YET and name in self.optional
+            silent = unused or now - state.last_seen >= self.idle_after
+            drained_at = self.drained(name) if silent else None
             if drained_at is None:
                 active.append(state.newest_ms)
             else:

@@ -164,6 +164,8 @@ class WorkerRuntime:
         #: End offsets of the input partitions, refreshed by the timer (Faust's highwater is only
         #: known once a fetch returned).
         self._ends: dict[Any, int] = {}
+        #: Whether the inputs' progress has not been asked since the last assignment.
+        self.progress_unknown = True
         #: Monotonic time of the progress answer ``_ends`` and ``all_rekeyed`` come from (when the
         #: broker was asked): a source found drained was drained as of then, not as of now.
         self._progress_at = 0.0
@@ -609,6 +611,7 @@ class WorkerRuntime:
             )
         self._ends.update(ends)
         self._progress_at = asked_at
+        self.progress_unknown = False
 
     # -- the fleet stage ---------------------------------------------------------------------
 
@@ -1077,6 +1080,7 @@ class WorkerRuntime:
 
     def note_assigned(self) -> None:
         """The group assigned this worker its partitions (after a revocation, or at start)."""
+        self.progress_unknown = True
         self.assigned = True
         self._assigned_at = time.monotonic()
         self._assignment = None
