@@ -166,6 +166,8 @@ class WorkerRuntime:
         self._ends: dict[Any, int] = {}
         #: Whether the inputs' progress has not been asked since the last assignment.
         self.progress_unknown = True
+        #: Revocations so far: a checkpoint read that spans one is checked again.
+        self._revocations = 0
         #: Monotonic time of the progress answer ``_ends`` and ``all_rekeyed`` come from (when the
         #: broker was asked): a source found drained was drained as of then, not as of now.
         self._progress_at = 0.0
@@ -490,8 +492,12 @@ class WorkerRuntime:
         state = self.partitions.get(number)
         if state is not None:
             return state
+        revocations = self._revocations
         await self.connect_checkpoints()
         loaded = await self.checkpoints.load(number)
+        # Revoked while its checkpoint was read (the group rebalanced meanwhile): a state taken up
+        # now would outlive the revocation that already ran, and hold its partition for good.
+        lost = self._revocations != revocations and not self._assigned_now(number)
 
         def drained(source: str) -> float | None:
             return self._source_drained(number, source)
@@ -530,9 +536,22 @@ class WorkerRuntime:
         # flush interval later: the group sees at once that the partition moves again.
         state.last_commit = 0.0
         state.learn_baselines(self.baselines, self.ecc_references)
+        if lost:
+            # Not this worker's: returned unregistered, so nothing of it is released or committed
+            # (``_current``); whoever owns the partition now takes it up from the checkpoint.
+            _log.info("partition %d: revoked while its checkpoint was read; not taken up here", number)
+            return state
         self._idle_announced.discard(number)
         self.partitions[number] = state
         return state
+
+    def _assigned_now(self, number: int) -> bool:
+        """Whether input partition ``number`` is this worker's in the group's current assignment."""
+        if self.app.rebalancing:
+            return False
+        return any(
+            tp.partition == number and tp.topic in self.topics.kinds for tp in self.app.consumer.assignment()
+        )
 
     def _warn_takeover_gap(self, number: int, offsets: dict[str, int]) -> None:
         """A restored checkpoint older than the group's committed offset: what lies between is read
@@ -664,7 +683,7 @@ class WorkerRuntime:
             ):
                 return
             state = await self._partition_state(0)  # ours, if it has no records yet: the stage still runs
-        if state.fleet is None:
+        if state.fleet is None or not self._current(state):
             return
         try:
             found = await self._fleet_reader.read(state.fleet_offset)
@@ -1067,6 +1086,7 @@ class WorkerRuntime:
         """Drop the state of revoked partitions: Faust seeks every partition it is (re)assigned to
         its committed offset, so progress past the checkpoint is redone by whoever gets it."""
         self.positions.forget(revoked)
+        self._revocations += 1
         self.assigned = False  # until the group's next assignment (a revocation starts a rebalance)
         self._assignment = None
         self._highwaters.clear()
