@@ -134,10 +134,6 @@ class EccAssembly:
             out.extend(self._ready(key, self._gpus[key], float("inf")))
         return out
 
-    def has_closed(self) -> bool:
-        """Whether gatherings went out since :meth:`take_closed` was last called."""
-        return bool(self._closed)
-
     def take_closed(self) -> list[tuple[str, int, int]]:
         """(node, GPU, time) of the gatherings out since the last call: what they gathered may be
         forgotten (a receiver's saved parts)."""

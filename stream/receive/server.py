@@ -75,9 +75,7 @@ def build_web_app(receiver: Receiver, max_body: int) -> web.Application:
             _log.warning(
                 "Kafka did not take a request's values (%r): answered 503, Prometheus sends it again", exc
             )
-            receiver.counts.by_status[503] = receiver.counts.by_status.get(503, 0) + 1
             return web.Response(status=503, text="Kafka did not take the values; send them again")
-        receiver.counts.by_status[answer.status] = receiver.counts.by_status.get(answer.status, 0) + 1
         return web.Response(status=answer.status, text=answer.reason or None)
 
     app = web.Application(client_max_size=max_body)

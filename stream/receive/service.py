@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -34,9 +34,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from schemas.records import EccSample, InvalidRecord, XidEvent
 from stream.inputs.ecc_assembly import EccAssembly
 from stream.inputs.parsers.remote_write import DcgmPoint, RemoteWriteError, dcgm_points, decode_write_request
-from stream.kafka.codec import encode_record, partition_for_key, record_key
+from stream.kafka.codec import encode_record, record_key
 from stream.settings import Settings
-from stream.sinks.dead_letters import to_dead_letter
+from stream.sinks.dead_letters import KafkaDeadLetters, to_dead_letter
 
 __all__ = ["Answer", "Receiver"]
 
@@ -54,21 +54,6 @@ class Answer:
     reason: str = ""
 
 
-@dataclass
-class ReceiveCounts:
-    """What the receiver did, for its metrics."""
-
-    requests: int = 0
-    refused: int = 0
-    points: int = 0
-    passed_over: int = 0
-    dead_letters: int = 0
-    samples_out: int = 0
-    xids_out: int = 0
-    repeats_restored: int = 0
-    by_status: dict[int, int] = field(default_factory=dict)
-
-
 _Where = tuple[str, int, int]  # (node, GPU, time) of a gathering
 
 
@@ -84,7 +69,11 @@ class Receiver:
         self.producer = producer
         self.assembly = assembly
         self.lock = asyncio.Lock()
-        self.counts = ReceiveCounts()
+
+        async def send_dead_letter(key: bytes, value: bytes, headers: list[tuple[str, bytes]]) -> Any:
+            return await producer.send(settings.topic_dead_letters, key=key, value=value, headers=headers)
+
+        self._letters = KafkaDeadLetters(send_dead_letter)
         #: Each saved request (its key on the parts topic) and its gatherings not out yet; the saved
         #: requests of each gathering. A request's message is deleted once all its gatherings are out.
         self._open: dict[bytes, set[_Where]] = {}
@@ -96,7 +85,6 @@ class Receiver:
         self._deliveries: set[asyncio.Task[None]] = set()
         self.failed = asyncio.Event()
         self._request = 0
-        self._partitions: dict[str, int] = {}
 
     async def restore(self, consumer_options: dict[str, Any]) -> int:
         """Read the parts topic to its end: gather again what is not out, take up each GPU's place;
@@ -139,25 +127,18 @@ class Receiver:
                 for counter, value in group["values"].items()
             )
             taken += 1
-        self.counts.repeats_restored = taken
         self._dispatch(self.assembly.add(points))
         await self.drain()
         return taken
 
     async def receive(self, body: bytes) -> Answer:
         """One remote_write request (see the module for the order of things)."""
-        self.counts.requests += 1
         try:
             request = decode_write_request(body)
         except RemoteWriteError as exc:
-            self.counts.refused += 1
-            await self._dead_letters(
-                [InvalidRecord(str(exc), raw=body[:65536], source=SOURCE, location="body")]
-            )
+            await self._dead_letters([InvalidRecord(str(exc), raw=body, source=SOURCE, location="body")])
             return Answer(400, str(exc))
-        points, bad, skipped = dcgm_points(request, SOURCE)
-        self.counts.points += len(points)
-        self.counts.passed_over += skipped
+        points, bad, _skipped = dcgm_points(request, SOURCE)
         if bad:
             await self._dead_letters(bad)
         self._request += 1
@@ -193,10 +174,11 @@ class Receiver:
 
     def _dispatch(self, records: list[EccSample | XidEvent]) -> None:
         """Send records out (in order: the producer keeps each partition's order); once Kafka has
-        them, delete the parts of the gatherings they closed and save the GPUs' changed places."""
-        if not records and not self.assembly.has_closed():
-            return
+        them, delete the parts of the gatherings they closed and save the GPUs' changed places
+        (every record comes from a gathering that closed)."""
         closed = self.assembly.take_closed()
+        if not closed:
+            return
         places = []
         for node, gpu in sorted({(node, gpu) for node, gpu, _ in closed}):
             place = self.assembly.gpu_state(node, gpu)
@@ -221,11 +203,6 @@ class Receiver:
                     if not still:
                         del self._open[key]
                         done.append(key)
-        for record in records:
-            if isinstance(record, EccSample):
-                self.counts.samples_out += 1
-            else:
-                self.counts.xids_out += 1
         task = asyncio.get_running_loop().create_task(self._deliver(records, done, places))
         self._deliveries.add(task)
         task.add_done_callback(self._deliveries.discard)
@@ -258,29 +235,12 @@ class Receiver:
             self._saved_in.setdefault(where, []).append(key)
 
     async def _send(self, topic: str, key: bytes, value: bytes | None, ts_ms: int | None = None) -> Any:
-        partitions = self._partitions.get(topic)
-        if partitions is None:
-            partitions = self._partitions[topic] = len(await self.producer.partitions_for(topic))
-        return await self.producer.send(
-            topic, key=key, value=value, partition=partition_for_key(key, partitions), timestamp_ms=ts_ms
-        )
+        """Send one message (the producer's default partitioner places it by its key, as every
+        producer keyed by node does); the result awaits the broker's ack."""
+        return await self.producer.send(topic, key=key, value=value, timestamp_ms=ts_ms)
 
     async def _dead_letters(self, letters: list[InvalidRecord]) -> None:
-        sends = []
+        """Deliver dead letters to the dead-letter topic (cut and headed as every dead letter is)."""
         for error in letters:
-            letter = to_dead_letter(error, "ecc")
-            headers = [
-                ("reason", letter.reason.encode()),
-                ("source", letter.source.encode()),
-                ("location", letter.location.encode()),
-            ]
-            sends.append(
-                await self.producer.send(
-                    self.settings.topic_dead_letters,
-                    key=letter.source.encode(),
-                    value=letter.raw,
-                    headers=headers,
-                )
-            )
-            self.counts.dead_letters += 1
-        await asyncio.gather(*sends)
+            self._letters.produce(to_dead_letter(error, "ecc"))
+        await self._letters.deliver(0)
