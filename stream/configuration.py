@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from stream.settings import DETECTOR_SETTINGS, ENV_PREFIX, Settings, SettingsError
+from stream.settings import CONFIG_FILE_VARIABLE, DETECTOR_SETTINGS, ENV_PREFIX, Settings, SettingsError
 
 if TYPE_CHECKING:
     from detectors.core import CoreConfig
@@ -47,14 +47,10 @@ if TYPE_CHECKING:
 __all__ = [
     "CONFIG_FILE_VARIABLE",
     "check_configuration",
-    "config_changes",
     "describe",
     "fingerprint",
     "read_config_file",
 ]
-
-#: The variable naming the configuration file (the ``--config`` flag wins).
-CONFIG_FILE_VARIABLE = ENV_PREFIX + "CONFIG_FILE"
 
 
 def _field_types() -> dict[str, str]:
@@ -173,14 +169,14 @@ def fingerprint(config: CoreConfig, overrides: tuple[XidOverride, ...] = ()) -> 
     return hashlib.sha256(text).hexdigest()[:12]
 
 
-def describe(settings: Settings) -> str:
-    """The start line's account of a detector configuration: its fingerprint and the detector
-    settings that differ from their defaults.
+def describe(settings: Settings, named: str) -> str:
+    """The start line's account of a detector configuration: its fingerprint ``named`` (made once
+    by the caller, which also stores it) and the detector settings that differ from their defaults.
 
-    >>> describe(Settings(storm_min_events=5)).split(" ", 1)[1]
-    '(storm_min_events=5)'
-    >>> describe(Settings()).split(" ", 1)[1]
-    '(the defaults)'
+    >>> describe(Settings(storm_min_events=5), "7a42bfff128d")
+    '7a42bfff128d (storm_min_events=5)'
+    >>> describe(Settings(), "6e22e36d3d51")
+    '6e22e36d3d51 (the defaults)'
     """
     defaults = Settings()
     changed = [
@@ -188,20 +184,4 @@ def describe(settings: Settings) -> str:
         for name in DETECTOR_SETTINGS
         if getattr(settings, name) != getattr(defaults, name)
     ]
-    named = fingerprint(settings.core_config(), settings.xid_overrides())
     return f"{named} ({', '.join(changed) or 'the defaults'})"
-
-
-def config_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
-    """``name: old -> new`` for each value that differs between two :func:`detector_configuration`
-    mappings (``unset`` where one lacks it).
-
-    >>> config_changes({"storm_min_events": 10, "x": 1}, {"storm_min_events": 5, "x": 1})
-    ['storm_min_events: 10 -> 5']
-    """
-    names = sorted(before.keys() | after.keys())
-    return [
-        f"{name}: {before.get(name, 'unset')} -> {after.get(name, 'unset')}"
-        for name in names
-        if before.get(name, "unset") != after.get(name, "unset")
-    ]

@@ -18,9 +18,18 @@ from detectors.mttf import SizeBuckets
 if TYPE_CHECKING:
     from detectors.core import CoreConfig
 
-__all__ = ["DETECTOR_SETTINGS", "ENV_PREFIX", "INTERNAL_TOPICS", "Settings", "SettingsError"]
+__all__ = [
+    "CONFIG_FILE_VARIABLE",
+    "DETECTOR_SETTINGS",
+    "ENV_PREFIX",
+    "INTERNAL_TOPICS",
+    "Settings",
+    "SettingsError",
+]
 
 ENV_PREFIX = "FAULTSTREAM_"
+#: The variable naming the configuration file (``faultstream --config FILE`` sets it for a command).
+CONFIG_FILE_VARIABLE = ENV_PREFIX + "CONFIG_FILE"
 #: The internal topics, named ``<app id>.<suffix>`` unless set (:class:`Settings`).
 INTERNAL_TOPICS = {
     "topic_jobs_by_node": "jobs-by-node",
@@ -521,10 +530,10 @@ class Settings:
         ``faultstream config --check``, which lists them all)."""
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
-        if file_values is None and env.get(ENV_PREFIX + "CONFIG_FILE"):
+        if file_values is None and env.get(CONFIG_FILE_VARIABLE):
             from stream.configuration import read_config_file
 
-            file_values, problems = read_config_file(Path(env[ENV_PREFIX + "CONFIG_FILE"]))
+            file_values, problems = read_config_file(Path(env[CONFIG_FILE_VARIABLE]))
             if problems:
                 more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
                 raise SettingsError(problems[0] + more)

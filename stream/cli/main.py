@@ -18,12 +18,9 @@ from pathlib import Path
 from stream.cli import diff, explain, kafka, replay, simulate, store
 from stream.cli.common import EXIT_DEAD_LETTERS, EXIT_KAFKA, EXIT_STORE, EXIT_USAGE
 from stream.kafka.security import KafkaAccessError
-from stream.settings import ENV_PREFIX, SettingsError
+from stream.settings import CONFIG_FILE_VARIABLE, SettingsError
 from stream.sinks.dead_letters import DeadLetterLimitExceeded
 from stream.sinks.errors import StoreError
-
-#: The variable naming the configuration file (``--config`` sets it for the process).
-CONFIG_FILE_VARIABLE = ENV_PREFIX + "CONFIG_FILE"
 
 __all__ = [
     "EXIT_DEAD_LETTERS",

@@ -103,7 +103,7 @@ def run_replay(args: argparse.Namespace) -> int:
     from stream.configuration import describe, fingerprint
 
     detectors = fingerprint(settings.core_config(), settings.xid_overrides())
-    sys.stderr.write(f"faultstream: detector configuration {describe(settings)}\n")
+    sys.stderr.write(f"faultstream: detector configuration {describe(settings, detectors)}\n")
     bar, update = progress_bar(args.progress)
     try:
         summary = replay(

@@ -364,7 +364,7 @@ def build_app(
         ours.addHandler(handler)
         ours.setLevel(logging.INFO)
         ours.propagate = False
-        _log.info("detector configuration %s", describe(settings))
+        _log.info("detector configuration %s", describe(settings, detectors))
         if settings.metrics_port:
             metrics.serve(settings.metrics_host, settings.metrics_port)  # if not served yet
             _log.info("metrics on http://%s:%d/metrics", settings.metrics_host, settings.metrics_port)
