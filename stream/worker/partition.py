@@ -85,6 +85,7 @@ def adopt_configuration(
             f"the detector state ({exc}); run with those values again, or start the detectors afresh "
             "(delete the checkpoint topic: open incidents are then opened anew)"
         ) from None
+    overrides = tuple(sorted(overrides, key=lambda override: override.code))  # as the core keeps them
     if core.xid_overrides != overrides:
         before = ", ".join(str(o.code) for o in core.xid_overrides) or "none"
         after = ", ".join(str(o.code) for o in overrides) or "none"

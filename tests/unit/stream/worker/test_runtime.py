@@ -512,3 +512,21 @@ def test_a_revocation_during_a_round_leaves_the_partitions_it_dropped_alone(cloc
     assert runtime.partitions == {}
     assert runtime.sink.pending_rows(2) == 0 < written  # discarded by the drop, and nothing since
     assert len(dropped.merger) == 2 and dropped.core.max_event_ms == 0  # the dropped state is left as it was
+
+
+def test_a_restore_under_the_same_catalog_overrides_changes_nothing_whatever_their_order() -> None:
+    """The catalog file may list its codes in any order; the core keeps them by code."""
+    from detectors.core import CoreConfig, DetectionCore
+    from detectors.xid_catalog import XidOverride
+    from schemas.outputs import Severity
+    from stream.worker.checkpoints import PartitionCheckpoint
+    from stream.worker.partition import adopt_configuration
+
+    overrides = (
+        XidOverride(code=79, severity=Severity.WARN),
+        XidOverride(code=13, severity=Severity.CRITICAL),
+    )
+    checkpoint = PartitionCheckpoint(0, {}, DetectionCore(CoreConfig(), xid_overrides=overrides))
+    assert adopt_configuration(0, checkpoint, CoreConfig(), overrides) == []
+    changed = adopt_configuration(0, checkpoint, CoreConfig(), overrides[:1])
+    assert changed == ["XID catalog overrides: codes 13, 79 -> 79"]
