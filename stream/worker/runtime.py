@@ -678,9 +678,7 @@ class WorkerRuntime:
             return
         state = self.partitions.get(0)
         if state is None:
-            if not any(
-                tp.partition == 0 and tp.topic in self.topics.kinds for tp in self.app.consumer.assignment()
-            ):
+            if not self._assigned_now(0):
                 return
             state = await self._partition_state(0)  # ours, if it has no records yet: the stage still runs
         if state.fleet is None or not self._current(state):
