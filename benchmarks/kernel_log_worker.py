@@ -28,7 +28,6 @@ import argparse
 import asyncio
 import random
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -48,6 +47,7 @@ from worker_throughput import (
     log,
     metrics_page,
     run_cli,
+    stop_process,
     topics_of,
     work_folder,
 )
@@ -156,11 +156,7 @@ async def worker_run(
                     done = time.perf_counter()
                     break
         finally:
-            worker.send_signal(signal.SIGTERM)
-            try:
-                worker.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                worker.kill()
+            stop_process(worker)
     await kafka.delete(own)
     shutil.rmtree(data_dir, ignore_errors=True)
     return records / (done - launched)

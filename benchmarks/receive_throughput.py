@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -41,6 +40,7 @@ from worker_throughput import (
     free_port,
     log,
     run_cli,
+    stop_process,
     topics_of,
     work_folder,
 )
@@ -137,8 +137,7 @@ async def run_once(
                     await asyncio.sleep(0.05)
                 out = time.perf_counter() - began
             finally:
-                receiver.send_signal(signal.SIGTERM)
-                receiver.wait(timeout=60)
+                stop_process(receiver)
         finally:
             await kafka.delete(kafka.created)
     return answered, out

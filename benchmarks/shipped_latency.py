@@ -28,7 +28,6 @@ import math
 import os
 import random
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -48,6 +47,7 @@ from worker_throughput import (
     free_port,
     log,
     run_cli,
+    stop_process,
     topics_of,
     work_folder,
 )
@@ -196,11 +196,7 @@ async def measure(args: argparse.Namespace, workdir: Path) -> int:
                 await collector
             finally:
                 for process in (worker, relay):
-                    process.send_signal(signal.SIGTERM)
-                    try:
-                        process.wait(timeout=30)
-                    except subprocess.TimeoutExpired:
-                        process.kill()
+                    stop_process(process)
         finally:
             await kafka.delete(kafka.created)
     latencies = [found[key] - at for key, at in plants.items() if key in found]

@@ -92,6 +92,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
@@ -387,12 +388,7 @@ async def worker_run(
                 if time.monotonic() > deadline:
                     raise SystemExit(f"the worker did not catch up within an hour: see {logfile}")
         finally:
-            worker.send_signal(signal.SIGTERM)
-            try:
-                worker.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-                worker.wait()
+            stop_process(worker)
     assert first is not None and processed is not None
     start_at, done_at_first = first
     steady = (total - done_at_first) / (processed - start_at) if processed > start_at else math.nan
@@ -408,6 +404,16 @@ async def worker_run(
     await kafka.delete(own_topics)
     shutil.rmtree(data_dir, ignore_errors=True)
     return Measurement(total / (processed - launched), steady)
+
+
+def stop_process(process: subprocess.Popen[Any], timeout: float = 60) -> None:
+    """SIGTERM, then SIGKILL if it has not ended within ``timeout`` seconds."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 @contextlib.contextmanager
