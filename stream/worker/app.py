@@ -201,7 +201,7 @@ def build_app(
     inputs = app.topic(*kinds, acks=False, **_RAW)
     rekeyed_jobs = RekeyedInput(
         settings.topic_jobs, "job", app.topic(settings.topic_jobs_by_node, **_RAW),
-        settings.topic_jobs_by_node, job_copies,
+        settings.topic_jobs_by_node, job_copies(settings.cluster, settings.gpus_per_node),
     )  # fmt: skip
     rekeyed_kernel_log = RekeyedInput(
         settings.topic_kernel_log, "kernel", app.topic(settings.topic_kernel_log_by_node, **_RAW),

@@ -9,7 +9,8 @@ crash is recognised by its header: :mod:`stream.worker.rekeying`).
 
 What a record becomes is the input's :data:`CopyMaker`:
 
-* a job line is copied as it is, once to each partition holding one of its nodes (:func:`job_copies`);
+* a job line is copied as it is, once to each partition holding one of its nodes; a Slurm
+  ``jobcomp/kafka`` record is copied as the job event it means (:func:`job_copies`);
 * a kernel-log value is read by the file parser (:mod:`stream.inputs.parsers.shipped`) and each
   XID or SXid event it gives is copied, as an ``xid`` record, to its node's partition
   (:func:`kernel_copies`); the lines of other drivers (most of a kernel log) give none.
@@ -27,7 +28,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from schemas.records import InvalidRecord, XidEvent
+from stream.inputs.parsers.jobcomp import is_jobcomp_record, parse_jobcomp
 from stream.inputs.parsers.shipped import names_the_driver, parse_shipped_kernel_line
 from stream.kafka.codec import decode_record, encode_record
 
@@ -38,21 +42,43 @@ __all__ = ["CopyMaker", "RekeyedInput", "job_copies", "kernel_copies"]
 CopyMaker = Callable[[bytes, int | None, str, str], tuple[list[tuple[str, int, bytes]], list[InvalidRecord]]]
 
 
-def job_copies(
-    line: bytes, record_ms: int | None, source: str, location: str
-) -> tuple[list[tuple[str, int, bytes]], list[InvalidRecord]]:
-    """A job state change: the line itself, for each of the job's nodes.
+def job_copies(cluster: str, gpus_per_node: int) -> CopyMaker:
+    """The copy maker of job state changes: the line itself for each of the job's nodes; a Slurm
+    ``jobcomp/kafka`` record (:mod:`stream.inputs.parsers.jobcomp`) as the job event it means.
 
+    >>> make = job_copies("c", 8)
     >>> line = b'{"ts": 1704067200000, "cluster": "c", "job_id": "7", "state": "RUNNING", '
     >>> line += b'"nodes": ["b", "a"]}'
-    >>> [(node, ts) for node, ts, _ in job_copies(line, None, "jobs/0", "offset 3")[0]]
+    >>> [(node, ts) for node, ts, _ in make(line, None, "jobs/0", "offset 3")[0]]
     [('a', 1704067200000), ('b', 1704067200000)]
+    >>> line = b'{"jobid":9,"@start":"2024-01-01T00:00:00","@end":"2024-01-01T01:00:00",'
+    >>> line += b'"state":"FAILED","nodes":"n[1-2]"}'
+    >>> copies = make(line, None, "jobs/0", "offset 4")[0]
+    >>> [(node, ts, b'"state":"FAILED"' in copy) for node, ts, copy in copies]
+    [('n1', 1704070800000, True), ('n2', 1704070800000, True)]
     """
-    try:
-        job = decode_record("job", line, source, location)
-    except InvalidRecord as error:
-        return [], [error]
-    return [(node, job.ts_ms, line) for node in sorted(set(job.nodes))], []  # type: ignore[attr-defined]
+
+    def copies(
+        line: bytes, record_ms: int | None, source: str, location: str
+    ) -> tuple[list[tuple[str, int, bytes]], list[InvalidRecord]]:
+        if b'"jobid"' in line:  # perhaps Slurm's own record: read it as one, copy our event
+            try:
+                data = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                data = None
+            if isinstance(data, dict) and is_jobcomp_record(data):
+                event = parse_jobcomp(data, cluster, gpus_per_node, source, location, line)
+                if isinstance(event, InvalidRecord):
+                    return [], [event]
+                copy = encode_record(event)
+                return [(node, event.ts_ms, copy) for node in sorted(set(event.nodes))], []
+        try:
+            job = decode_record("job", line, source, location)
+        except InvalidRecord as error:
+            return [], [error]
+        return [(node, job.ts_ms, line) for node in sorted(set(job.nodes))], []  # type: ignore[attr-defined]
+
+    return copies
 
 
 def kernel_copies(cluster: str) -> CopyMaker:

@@ -2,7 +2,9 @@
 
 One JSON object per line. The kind is the explicit ``"kind"`` (``"xid"``, ``"ecc"`` or
 ``"job"``) when present, else decided by the keys: ``"xid"`` -> :class:`XidEvent`,
-``"counters"`` -> :class:`EccSample`, ``"job_id"`` -> :class:`JobEvent`. A record without a
+``"counters"`` -> :class:`EccSample`, ``"job_id"`` -> :class:`JobEvent`; Slurm's ``jobcomp/kafka``
+records (``"jobid"``: a topic's values saved with ``kcat``) are read by
+:mod:`stream.inputs.parsers.jobcomp`. A record without a
 ``"cluster"`` key gets ``options.cluster`` (an explicit empty or null ``cluster`` is kept, and
 rejected by validation). Blank lines are skipped; invalid JSON (including invalid UTF-8), a
 non-object, an unknown kind and every validation failure are dead letters carrying the reason.
@@ -16,6 +18,7 @@ from typing import Any, Final
 import orjson
 
 from schemas.records import EccSample, InvalidRecord, JobEvent, XidEvent
+from stream.inputs.parsers.jobcomp import is_jobcomp_record, parse_jobcomp
 from stream.inputs.parsers.options import ParseOptions, invalid, strip_eol
 
 __all__ = ["parse_jsonl"]
@@ -79,6 +82,9 @@ def parse_jsonl(
             continue
         if not isinstance(data, dict):
             yield invalid(f"a record must be a JSON object, got {type(data).__name__}", raw, source, line_no)
+            continue
+        if is_jobcomp_record(data):
+            yield parse_jobcomp(data, cluster, options.gpus_per_node, source, f"line {line_no}", raw)
             continue
         kind = _kind(data)
         if kind is None:

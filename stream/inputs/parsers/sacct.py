@@ -49,7 +49,7 @@ from schemas.records import InvalidRecord, JobEvent, JobState
 from stream.inputs.parsers.hostlist import expand_hostlist
 from stream.inputs.parsers.options import ParseOptions, invalid, strip_eol
 
-__all__ = ["SACCT_COMMAND", "parse_sacct", "parse_sacct_state", "read_sacct_header"]
+__all__ = ["SACCT_COMMAND", "gpus_of_tres", "parse_sacct", "parse_sacct_state", "read_sacct_header"]
 
 _STATES: Final[dict[str, JobState]] = {
     **{state.value: state for state in JobState},
@@ -198,12 +198,9 @@ class _Converter:
             if not value or "gpu" not in value:
                 continue
             if kind == 0:
-                match = _TRES_GPU_RE.search(value)
-                if match is not None:
-                    return int(match.group(1))
-                typed = _TRES_GPU_TYPED_RE.findall(value)
-                if typed:
-                    return sum(int(count) for count in typed)
+                gpus = gpus_of_tres(value)
+                if gpus is not None:
+                    return gpus
             else:
                 total = 0
                 found = False
@@ -213,6 +210,22 @@ class _Converter:
                 if found:
                     return total
         return nnodes * self.gpus_per_node
+
+
+def gpus_of_tres(tres: str) -> int | None:
+    """The GPU count a TRES string names (``gres/gpu=8``, or the sum of ``gres/gpu:a100=4,...``),
+    None when it names none.
+
+    >>> gpus_of_tres("cpu=64,mem=500G,node=2,gres/gpu=16"), gpus_of_tres("gres/gpu:a100=4,gres/gpu:h100=2")
+    (16, 6)
+    """
+    match = _TRES_GPU_RE.search(tres)
+    if match is not None:
+        return int(match.group(1))
+    typed = _TRES_GPU_TYPED_RE.findall(tres)
+    if typed:
+        return sum(int(count) for count in typed)
+    return None
 
 
 def _field(fields: list[str], index: dict[str, int], column: str) -> str:
