@@ -264,6 +264,25 @@ _TABLES: tuple[Table, ...] = (
         "ORDER BY (cluster, window_seconds, window_start, job_id, run_start)",
     ),
     Table(
+        "remediations",
+        _columns(f"""
+            decided {_TS}
+            incident_id String
+            version UInt64
+            cluster {_LOW}
+            node {_LOW}
+            kind {_LOW}
+            severity {_LOW}
+            action {_LOW}
+            outcome {_LOW}
+            reason String
+            slurm_reason String
+            executed Bool
+            actor String
+        """),
+        "ENGINE = MergeTree\nORDER BY (decided, incident_id)",
+    ),
+    Table(
         "dead_letters",
         _columns(f"""
             source String

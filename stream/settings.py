@@ -502,6 +502,67 @@ class Settings:
     receive_max_body_bytes: int = setting(
         32 * 1024 * 1024, "receive: the largest request body taken (a larger one is a 413)."
     )
+    slurm_poll_seconds: float = setting(
+        30.0,
+        "slurm-jobs: how often sacct is asked for the jobs' state changes (a job's end reaches the "
+        "jobs topic within about this long).",
+    )
+    slurm_overlap_seconds: float = setting(
+        600.0,
+        "slurm-jobs: each sacct window starts this long before the previous one ended, for the ends "
+        "slurmdbd records late (a slow or restarted slurmctld); what was published already is not again.",
+    )
+    slurm_backfill_seconds: float = setting(
+        3600.0, "slurm-jobs: on the first start (no cursor file) the first window starts this long ago."
+    )
+    slurm_cursor_file: str = setting(
+        "",
+        "slurm-jobs: the cursor file (the end of the last window Kafka acknowledged); empty: "
+        "`slurm-jobs.cursor` in data_dir.",
+    )
+    slurm_command_timeout_seconds: float = setting(
+        60.0,
+        "slurm-jobs, remediate: a sacct, scontrol or sinfo that has not answered in this long is killed "
+        "(and tried again later, with backoff).",
+    )
+    slurm_bin_dir: str = setting(
+        "", "slurm-jobs, remediate: the folder of Slurm's client commands; empty: found on PATH."
+    )
+    slurm_metrics_port: int = setting(
+        9466, "slurm-jobs: port of its Prometheus `/metrics` (on metrics_host); 0 turns it off."
+    )
+    remediate_group: str = setting(
+        "faultstream-remediate",
+        "remediate: consumer group holding the remediator's committed offsets on the incidents topic.",
+    )
+    remediate_execute: bool = setting(
+        False,
+        "remediate: drain nodes in Slurm (`--execute` does the same); false: a dry run, every decision "
+        "audited and nothing changed.",
+    )
+    remediate_kinds: str = setting(
+        "gpu_memory,gpu_row_remap,gpu_nvlink,gpu_bus,gpu_recovery,gpu_thermal_power,nvswitch_fatal,lemon_node",
+        "remediate: incident kinds whose node is drained (critical ones; lemon verdicts at any severity); "
+        "application-class and job-owner kinds are refused.",
+    )
+    remediate_max_nodes: int = setting(
+        2,
+        "remediate: the breaker trips rather than have more nodes than this drained by faultstream at once.",
+    )
+    remediate_max_fraction: float = setting(
+        0.02, "remediate: ... or more than this share of the fleet (sinfo's nodes) drained by faultstream."
+    )
+    remediate_max_per_hour: int = setting(
+        4, "remediate: ... or more drains than this within an hour. A person resets it: docs/slurm.md."
+    )
+    remediate_resume: bool = setting(
+        False,
+        "remediate: resume a node faultstream drained once its incident resolved (never one a person "
+        "drained or re-labelled).",
+    )
+    remediate_metrics_port: int = setting(
+        9467, "remediate: port of its Prometheus `/metrics` (on metrics_host); 0 turns it off."
+    )
     checkpoint_write_minutes: float = setting(2.0, "ETTR guidance: time to write one checkpoint (w_cp).")
     restart_overhead_minutes: float = setting(
         10.0, "ETTR guidance: time lost to restart a job after a failure (u0)."
