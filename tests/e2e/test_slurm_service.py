@@ -87,8 +87,8 @@ def test_job_outcomes_in_sacct(slurm: Slurm) -> None:
 def test_requeue_on_node_failure(slurm: Slurm) -> None:
     """A batch job is requeued when its node fails (JobRequeue=1, Slurm's default): the failed run
     is a NODE_FAIL record that only ``--duplicates`` shows; without it sacct shows the job's
-    latest record, pending again, then however that run ends: the product's SACCT_COMMAND (no
-    ``--duplicates``) never sees the NODE_FAIL of a requeued job. The requeued run is eligible
+    latest record, pending again, then however that run ends (which is why the product's
+    SACCT_COMMAND and the slurm-jobs collector ask with ``--duplicates``). The requeued run is eligible
     only about two minutes later, so ``-E now`` leaves it out until then."""
     start = since()
     job = slurm.sbatch("sleep 300", job_name="fs-requeue", nodelist="gpu-node-1")
@@ -139,7 +139,7 @@ def test_jobcomp_script_environment(slurm: Slurm) -> None:
 
 
 def test_product_reads_live_sacct(slurm: Slurm) -> None:
-    """The product's own sacct command line (SACCT_COMMAND: no ``--duplicates``) and parser on
+    """The product's own sacct command line (SACCT_COMMAND) and parser on
     this scheduler's output: no dead letter, and each outcome as the product's JobState."""
     start = since()
     completes = slurm.sbatch("sleep 1", job_name="fs-parse", nodelist="gpu-node-1", gres="gpu:8")

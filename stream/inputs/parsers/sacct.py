@@ -131,7 +131,7 @@ class _Header:
 
 #: The command line README recommends; named in the dead letter of a table that lacks a column.
 SACCT_COMMAND: Final = (
-    "sacct --allusers --allocations --parsable2 --starttime YYYY-MM-DD --endtime now "
+    "sacct --allusers --allocations --parsable2 --duplicates --starttime YYYY-MM-DD --endtime now "
     "--format=JobID,State,Submit,Start,End,NodeList,NNodes,AllocTRES,ExitCode,JobName,User,Partition,Cluster"
 )
 
