@@ -170,7 +170,10 @@ class JobCollector:
         events: list[JobEvent] = []
         letters: list[InvalidRecord] = []
         for item in parse_sacct(output.encode().splitlines(), options, "sacct"):
-            (letters if isinstance(item, InvalidRecord) else events).append(item)
+            if isinstance(item, InvalidRecord):
+                letters.append(item)
+            else:
+                events.append(item)
         if events and not self._read_back:
             await self._read_back_from(min(event.ts_ms for event in events))
         self._read_back = True
@@ -225,10 +228,7 @@ class JobCollector:
         consumer = AIOKafkaConsumer(**client_options(self.settings), enable_auto_commit=False)
         await consumer.start()
         try:
-            partitions = consumer.partitions_for_topic(self.settings.topic_jobs)
-            if partitions is None:
-                await consumer.topics()  # refresh the metadata once
-                partitions = consumer.partitions_for_topic(self.settings.topic_jobs) or set()
+            partitions = await self.producer.partitions_for(self.settings.topic_jobs)
             assigned = [TopicPartition(self.settings.topic_jobs, number) for number in sorted(partitions)]
             if not assigned:
                 return

@@ -164,56 +164,63 @@ def decide(
     (:mod:`stream.slurm.remediate`), so a failed drain leaves no trace but its audit row.
     """
     incident_id = _text(incident, "incident_id")
-    version = incident.get("version")
-    kind = _text(incident, "kind")
-    base = {
-        "incident_id": incident_id,
-        "version": version if isinstance(version, int) and not isinstance(version, bool) else 0,
-        "kind": kind,
-        "severity": _text(incident, "severity"),
-        "cluster": _text(incident, "cluster"),
-        "node": _text(incident, "node"),
-    }
 
     def skip(reason: str) -> Decision:
-        return Decision("skip", reason, audit=(incident_id, reason) not in state.skips_said, **base)
+        return _decision("skip", reason, incident, audit=(incident_id, reason) not in state.skips_said)
 
     early = _early_skip(incident, policy, state)
     if early is not None:
-        return skip(early) if early else Decision("skip", "", audit=False, **base)
+        return skip(early) if early else _decision("skip", "", incident, audit=False)
     assert node is not None, "decide() needs the node's view past the early checks"
-    name = base["node"]
+    name = _text(incident, "node")
     if _text(incident, "status") == "resolved":
         if not node.drained_by_faultstream or not node.reason.startswith(drain_reason(incident_id, "")):
             return skip("resolved; the node's drain is not faultstream's for this incident (left as it is)")
-        return Decision("resume", "its incident resolved", **base)
+        return _decision("resume", "its incident resolved", incident)
     if not node.known:
         return skip(f"node {name!r} is not a node of this Slurm")
     if node.drained:
         owner = "faultstream" if node.drained_by_faultstream else "a person or Slurm"
-        return Decision("skip", f"already drained or down ({owner}: {node.reason or 'no reason'})", **base)
+        return _decision("skip", f"already drained or down ({owner}: {node.reason or 'no reason'})", incident)
     if state.breaker_open:
         return skip(f"breaker open ({state.breaker_reason}); a person must reset it")
     drained_now = len(state.drained) + 1
     recent = sum(1 for at in state.recent_drains if at > now_ms - _HOUR_MS) + 1
     if drained_now > policy.max_nodes:
-        return Decision(
+        return _decision(
             "trip",
             f"{drained_now} nodes drained by faultstream at once; the limit is {policy.max_nodes}",
-            **base,
+            incident,
         )
     if fleet_size > 0 and drained_now / fleet_size > policy.max_fraction:
-        return Decision(
+        return _decision(
             "trip",
             f"{drained_now} of {fleet_size} nodes ({drained_now / fleet_size:.1%}) drained by faultstream; "
             f"the limit is {policy.max_fraction:.1%}",
-            **base,
+            incident,
         )
     if recent > policy.max_per_hour:
-        return Decision(
-            "trip", f"{recent} drains in the last hour; the limit is {policy.max_per_hour}", **base
+        return _decision(
+            "trip", f"{recent} drains in the last hour; the limit is {policy.max_per_hour}", incident
         )
-    return Decision("drain", f"{base['severity'] or 'an'} {kind} incident", **base)
+    return _decision(
+        "drain", f"{_text(incident, 'severity') or 'an'} {_text(incident, 'kind')} incident", incident
+    )
+
+
+def _decision(action: str, reason: str, incident: dict[str, Any], *, audit: bool = True) -> Decision:
+    version = incident.get("version")
+    return Decision(
+        action,
+        reason,
+        incident_id=_text(incident, "incident_id"),
+        version=version if isinstance(version, int) and not isinstance(version, bool) else 0,
+        kind=_text(incident, "kind"),
+        severity=_text(incident, "severity"),
+        cluster=_text(incident, "cluster"),
+        node=_text(incident, "node"),
+        audit=audit,
+    )
 
 
 def needs_node(incident: dict[str, Any], policy: RemediationPolicy, state: RemediationState) -> bool:

@@ -148,7 +148,7 @@ class Remediator:
         node_view = None
         fleet = 0
         if needs_node(incident, self.policy, self.state):
-            name = incident.get("node") if isinstance(incident.get("node"), str) else ""
+            name = str(incident.get("node") or "")
             node_view = await self._retried(lambda: nodes.node_view(self.commands, name), f"read node {name}")
             if node_view is None:  # not acted on: a later version of the incident tries again
                 unanswered = Decision(
@@ -281,7 +281,9 @@ class Remediator:
             "evidence_count": 0,
         }
         await self.producer.send_and_wait(
-            self.settings.topic_incidents, orjson.dumps(notice), key=self.settings.cluster.encode()
+            self.settings.topic_incidents,
+            orjson.dumps(notice),
+            key=b"",  # keyed by node, as every incident
         )
 
     def _audit(self, decision: Decision, outcome: str, slurm_reason: str = "") -> Decision:
@@ -302,7 +304,7 @@ class Remediator:
         }
         columns = INSERT_COLUMNS["remediations"]
         self.client.insert(
-            f"{self.settings.clickhouse_database}.remediations",
+            f"{self.settings.database}.remediations",
             [[row[name] for name in columns]],
             column_names=list(columns),
         )
@@ -322,7 +324,7 @@ async def run_remediate(
         start_http_server(
             settings.remediate_metrics_port, addr=settings.metrics_host, registry=metrics.registry
         )
-    state = load_state(client, settings.clickhouse_database, int(time.time() * 1000))
+    state = load_state(client, settings.database, int(time.time() * 1000))
     producer = AIOKafkaProducer(**client_options(settings), enable_idempotence=True)
     consumer = AIOKafkaConsumer(
         settings.topic_incidents,
