@@ -40,6 +40,7 @@ REPORT_STEPS = (
     "lemon nodes",
     "XID mix",
     "dead letters",
+    "remediations",
     "job attribution",
     "MTTF windows",
 )
@@ -264,6 +265,18 @@ def build_report(
         f"""SELECT substring(splitByString(' (', reason)[1], 1, 100) AS reason_class, count() AS n
         FROM {db}.dead_letters FINAL GROUP BY reason_class ORDER BY n DESC LIMIT 10""",
     )
+    step("remediations")
+    remediations = {
+        "outcomes": query_rows(
+            client,
+            f"SELECT outcome, count() AS n FROM {db}.remediations GROUP BY outcome ORDER BY n DESC, outcome",
+        ),
+        "recent": query_rows(
+            client,
+            f"""SELECT toString(decided) AS decided, node, kind, incident_id, outcome, reason
+            FROM {db}.remediations WHERE outcome != 'skipped' ORDER BY decided DESC LIMIT 10""",
+        ),
+    }
     step("job attribution")
     attribution = query_rows(
         client,
@@ -341,6 +354,7 @@ def build_report(
         "lemon_nodes": lemons,
         "xid_mix": xid_mix,
         "dead_letter_reasons": dead_letters,
+        "remediations": remediations,
         "attribution": attribution,
         "mttf": windows,
         "rf_per_1000_node_days": rf_per_1000,
@@ -536,6 +550,24 @@ def _ettr_table(report: dict[str, Any]) -> list[str]:
     return out
 
 
+def _remediations(report: dict[str, Any]) -> list[str]:
+    """What ``faultstream remediate`` did (nothing when it never ran against this store)."""
+    done = report.get("remediations") or {}
+    if not done.get("outcomes"):
+        return []
+    out = [
+        "",
+        "Remediation (faultstream remediate): "
+        + ", ".join(f"{r['n']:,} {r['outcome']}" for r in done["outcomes"]),
+    ]
+    for row in done["recent"]:
+        out.append(
+            f"  {row['decided'][:19]}  {row['outcome']:<15} {row['node'] or '-':<14} "
+            f"{row['kind'] or '-':<18} {row['reason']}"
+        )
+    return out
+
+
 def render_text(report: dict[str, Any], mttf_window: str = "auto") -> str:
     """Render the report for a terminal, in about one screen.
 
@@ -566,6 +598,7 @@ def render_text(report: dict[str, Any], mttf_window: str = "auto") -> str:
         out += ["", *_mttf_table(window, others)]
     if report["ettr_guidance"]:
         out += ["", *_ettr_table(report)]
+    out += _remediations(report)
     if report["dead_letter_reasons"]:
         out.append("")
         out.append(

@@ -314,3 +314,13 @@ def test_a_live_slurm_s_jobs_reach_the_tables_and_a_critical_incident_drains_its
         Path(remediate_store.removeprefix("chdb://")), "SELECT count() AS n FROM faultstream.remediations"
     )
     assert int(audit_after[0]["n"]) == len(audit)
+
+    # The SRE sees it: the breaker's notice in `tail`, the drains in `report`.
+    console = cli(
+        env, "tail", "--from-beginning", "--no-follow", "--kind", "remediation_breaker", "--color", "never"
+    )
+    assert "Remediation breaker tripped" in console, console
+    report = cli(env, "report", "--clickhouse", remediate_store)
+    assert (
+        "Remediation (faultstream remediate): " in report and "drained" in report and "tripped" in report
+    ), report
