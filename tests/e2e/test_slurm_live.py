@@ -324,3 +324,102 @@ def test_a_live_slurm_s_jobs_reach_the_tables_and_a_critical_incident_drains_its
     assert (
         "Remediation (faultstream remediate): " in report and "drained" in report and "tripped" in report
     ), report
+
+
+def publish_incidents(env: dict[str, str], *incidents: dict[str, Any]) -> None:
+    """Put incident messages on the incidents topic as the workers do (keyed by node)."""
+
+    async def send() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=env["FAULTSTREAM_KAFKA_BOOTSTRAP"])
+        await producer.start()
+        try:
+            for incident in incidents:
+                await producer.send(
+                    env["FAULTSTREAM_TOPIC_INCIDENTS"], orjson.dumps(incident), key=incident["node"].encode()
+                )
+            await producer.flush()
+        finally:
+            await producer.stop()
+
+    asyncio.run(send())
+
+
+def incident(incident_id: str, node: str, version: int = 1, status: str = "open") -> dict[str, Any]:
+    return {"incident_id": incident_id, "version": version, "kind": "gpu_bus", "severity": "critical",
+            "status": status, "cluster": CLUSTER, "node": node, "gpu": "0000:07:00",
+            "first_evidence": "2026-12-07T10:00:00.000Z", "last_evidence": "2026-12-07T10:00:00.000Z",
+            "detected": "2026-12-07T10:00:00.000Z", "detector": "xid_rules", "summary": "XID 79",
+            "action": "drain", "evidence": {}, "evidence_count": 1}  # fmt: skip
+
+
+def test_outages_a_burst_a_person_s_drain_and_resume(
+    deployment: dict[str, str], slurm: Slurm, tmp_path: Path
+) -> None:
+    env = {
+        **deployment,
+        "FAULTSTREAM_REMEDIATE_RESUME": "true",
+        "FAULTSTREAM_SLURM_COMMAND_TIMEOUT_SECONDS": "5",
+    }
+    store = f"chdb://{tmp_path / 'remediate'}"
+    remediate = Command(env, tmp_path / "remediate.log", "remediate", "--clickhouse", store, "--execute")
+    collector = Command(env, tmp_path / "slurm-jobs.log", "slurm-jobs", "--cursor", str(tmp_path / "cursor"))
+    try:
+        # slurmctld away: remediate cannot read the node, says so, drains nothing; the next version
+        # of the incident, once slurmctld is back, drains.
+        slurm.stop_daemon("slurmctld")
+        publish_incidents(env, incident("inc-a", "gpu-node-1"))
+        wait_for("remediate's failed tries", lambda: "try 3 of 3" in remediate.log(), timeout=60)
+        slurm.start_daemon("slurmctld")
+        slurm.wait_for_nodes("idle")
+        publish_incidents(env, incident("inc-a", "gpu-node-1", version=2))
+        wait_for("the drain of gpu-node-1", lambda: slurm.reasons().get("gpu-node-1"))
+        # A person's drain is left alone, and never resumed.
+        slurm.run("scontrol", "update", "nodename=gpu-node-4", "state=drain", "reason=RMA 42")
+        publish_incidents(env, incident("inc-b", "gpu-node-4"))
+        # A burst: gpu-node-2 drains (two drained: the limit), the rest trips the breaker and waits.
+        publish_incidents(env, incident("inc-c", "gpu-node-2"), incident("inc-d", "gpu-node-3"),
+                          incident("inc-e", "gpu-node-3", version=2))  # fmt: skip
+        wait_for("the breaker", lambda: "breaker tripped" in remediate.log())
+        time.sleep(2)
+        reasons = slurm.reasons()
+        assert sorted(node for node, reason in reasons.items() if reason.startswith("faultstream ")) == [
+            "gpu-node-1", "gpu-node-2",
+        ], reasons  # fmt: skip
+        # Resolved: faultstream's own drain is resumed, the person's is not.
+        publish_incidents(
+            env,
+            incident("inc-a", "gpu-node-1", 3, "resolved"),
+            incident("inc-b", "gpu-node-4", 2, "resolved"),
+        )
+        wait_for("the resume of gpu-node-1", lambda: "gpu-node-1" not in slurm.reasons())
+        time.sleep(2)
+        assert slurm.reasons().get("gpu-node-4") == "RMA 42"
+        # A person resets the breaker.
+        remediate.process.send_signal(10)  # SIGUSR1
+        wait_for("the reset", lambda: "breaker reset by SIGUSR1" in remediate.log())
+
+        # slurmdbd away: sacct fails, the collector says so and retries; a job that ends meanwhile
+        # is published once sacct answers again.
+        wait_for("the collector's first poll", lambda: "polling sacct" in collector.log())
+        slurm.stop_daemon("slurmdbd")
+        job = slurm.sbatch("sleep 1", job_name="fs-during-outage", nodelist="gpu-node-3")
+        wait_for("a failed poll", lambda: "trying again in" in collector.log(), timeout=60)
+        slurm.wait_for_nodes("idle", ["gpu-node-3"])  # the job ran and ended while slurmdbd was away
+        slurm.start_daemon("slurmdbd")
+        wait_for("the job's end after the outage",
+                 lambda: any(e["job_id"] == job and e["state"] == "COMPLETED" for e in job_events(env)), timeout=120)  # fmt: skip
+        assert "sacct answers again" in collector.log()
+    finally:
+        collector.stop()
+        remediate.stop()
+        slurm.run("scontrol", "update", "nodename=gpu-node-4", "state=resume", check=False)
+
+    audit = query(Path(store.removeprefix("chdb://")),
+                  "SELECT incident_id, node, outcome, reason FROM faultstream.remediations ORDER BY decided")  # fmt: skip
+    outcomes = [(row["incident_id"], row["outcome"]) for row in audit]
+    assert outcomes == [
+        ("inc-a", "failed"), ("inc-a", "drained"), ("inc-b", "already_drained"), ("inc-c", "drained"),
+        ("inc-d", "tripped"), ("inc-e", "skipped"), ("inc-a", "resumed"), ("", "reset"),
+    ], audit  # fmt: skip
+    keys = Counter((e["job_id"], e["state"], e["ts"]) for e in job_events(env))
+    assert [key for key, count in keys.items() if count > 1] == []

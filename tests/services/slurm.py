@@ -450,6 +450,25 @@ JobAcctGatherType=jobacct_gather/none
             self._daemon(f"slurmd-{name}", [self._bin["slurmd"], "-D", "-f", str(self.conf), "-N", name])
         self.wait_for_nodes("idle", self.node_names)
 
+    # --- outages
+
+    def stop_daemon(self, name: str) -> None:
+        """Stop ``slurmdbd`` or ``slurmctld`` (an outage a test makes); :meth:`start_daemon` brings
+        it back."""
+        for daemon in [d for d in self.daemons if d.name == name and d.alive()]:
+            daemon.stop()
+            self.daemons.remove(daemon)
+
+    def start_daemon(self, name: str) -> None:
+        """Start ``slurmdbd`` or ``slurmctld`` again after :meth:`stop_daemon`; returns once it answers."""
+        if name == "slurmdbd":
+            self._daemon("slurmdbd", [self._bin["slurmdbd"], "-D"])
+            self._wait("slurmdbd", lambda: True if _listening(self.dbd_port) else None)
+        elif name == "slurmctld":
+            self._start_slurmctld()
+        else:
+            raise ValueError(f"cannot restart {name!r}: slurmdbd or slurmctld")
+
     # --- client commands
 
     def run(
