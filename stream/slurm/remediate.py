@@ -57,6 +57,8 @@ _log = logging.getLogger("faultstream.remediate")
 #: Tries of one scontrol change before its decision is audited as failed.
 _TRIES = 3
 _HOUR_MS = 3_600_000
+#: Outcomes also put on the incidents topic (``tail`` shows them): what was done, or failed to be.
+_SHOWN = frozenset({"drained", "would_drain", "resumed", "would_resume", "failed"})
 
 
 def policy_of(settings: Settings, execute: bool) -> RemediationPolicy:
@@ -155,7 +157,7 @@ class Remediator:
                     "skip", "Slurm did not answer about the node", str(incident.get("incident_id", "")),
                     kind=str(incident.get("kind", "")), node=name,
                 )  # fmt: skip
-                return self._audit(unanswered, "failed")
+                return await self._audit(unanswered, "failed")
             if self.policy.execute:
                 await self._forget_drains_undone()
             fleet = await self._fleet_size()
@@ -166,10 +168,10 @@ class Remediator:
         if decision.action == "skip":
             if decision.reason.startswith("already drained"):
                 self.state.acted.add(decision.incident_id)
-                return self._audit(decision, "already_drained")
+                return await self._audit(decision, "already_drained")
             if decision.audit:
                 self.state.skips_said.add((decision.incident_id, decision.reason))
-                return self._audit(decision, "skipped")
+                return await self._audit(decision, "skipped")
             return decision
         if decision.action == "trip":
             self.state.breaker_open, self.state.breaker_reason = True, decision.reason
@@ -179,7 +181,7 @@ class Remediator:
                 decision.reason,
             )
             await self._breaker_notice(decision, resolved=False)
-            return self._audit(decision, "tripped")
+            return await self._audit(decision, "tripped")
         reason = drain_reason(decision.incident_id, decision.kind)
         if decision.action == "drain":
             if self.policy.execute:
@@ -187,24 +189,24 @@ class Remediator:
                     lambda: nodes.drain(self.commands, decision.node, reason), f"drain {decision.node}"
                 )
                 if view is None:
-                    return self._audit(decision, "failed", reason)
+                    return await self._audit(decision, "failed", reason)
             self.state.acted.add(decision.incident_id)
             self.state.drained[decision.node] = decision.incident_id
             self.state.recent_drains.append(self._now())
             self.metrics.drained.set(len(self.state.drained))
             outcome = "drained" if self.policy.execute else "would_drain"
             _log.warning("remediate: %s %s (%s)", outcome.replace("_", " "), decision.node, reason)
-            return self._audit(decision, outcome, reason)
+            return await self._audit(decision, outcome, reason)
         # resume
         if self.policy.execute:
             view = await self._retried(
                 lambda: nodes.resume(self.commands, decision.node), f"resume {decision.node}"
             )
             if view is None:
-                return self._audit(decision, "failed")
+                return await self._audit(decision, "failed")
         self.state.drained.pop(decision.node, None)
         self.metrics.drained.set(len(self.state.drained))
-        return self._audit(decision, "resumed" if self.policy.execute else "would_resume")
+        return await self._audit(decision, "resumed" if self.policy.execute else "would_resume")
 
     async def reset_breaker(self, who: str) -> None:
         """A person resets the breaker: audited, and the notice on the topic resolved."""
@@ -214,7 +216,7 @@ class Remediator:
         decision = Decision("reset", f"reset by {who}" + (f" (it had tripped: {was})" if was else ""))
         _log.warning("remediate: breaker %s", decision.reason)
         await self._breaker_notice(decision, resolved=True)
-        self._audit(decision, "reset")
+        await self._audit(decision, "reset")
 
     async def _forget_drains_undone(self) -> None:
         """Drop from the count the nodes faultstream drained that are no longer drained by it (a
@@ -253,40 +255,41 @@ class Remediator:
         return None
 
     async def _breaker_notice(self, decision: Decision, *, resolved: bool) -> None:
+        action = (
+            ""
+            if resolved
+            else "look at the drains in `faultstream report` (remediations); then reset the breaker: kill "
+            "-USR1 the remediate process, or restart it with --reset-breaker"
+        )
+        await self._notice(
+            f"remediation-breaker-{self.settings.remediate_group}", "remediation_breaker",
+            "info" if resolved else "critical", "resolved" if resolved else "open", "",
+            f"Remediation breaker {'reset' if resolved else 'tripped'}: {decision.reason}", action,
+        )  # fmt: skip
+
+    async def _notice(
+        self, notice_id: str, kind: str, severity: str, status: str, node: str, summary: str, action: str
+    ) -> None:
+        """A message on the incidents topic, shaped as an incident, for what remediation did: the
+        SRE console (``tail``) shows it among the incidents, ``notify`` forwards it."""
         now = (
             datetime.fromtimestamp(self.clock(), tz=UTC)
             .isoformat(timespec="milliseconds")
             .replace("+00:00", "Z")
         )
         notice = {
-            "incident_id": f"remediation-breaker-{self.settings.remediate_group}",
-            "version": self._now(),
-            "kind": "remediation_breaker",
-            "severity": "info" if resolved else "critical",
-            "status": "resolved" if resolved else "open",
-            "cluster": self.settings.cluster,
-            "node": "",
-            "gpu": "",
-            "first_evidence": now,
-            "last_evidence": now,
-            "detected": now,
-            "detector": "remediate",
-            "score": 0.0,
-            "action": ""
-            if resolved
-            else "look at the drains in `faultstream report` (remediations); then reset "
-            "the breaker: kill -USR1 the remediate process, or restart it with --reset-breaker",
-            "summary": f"Remediation breaker {'reset' if resolved else 'tripped'}: {decision.reason}",
-            "evidence": {},
-            "evidence_count": 0,
-        }
+            "incident_id": notice_id, "version": self._now(), "kind": kind, "severity": severity,
+            "status": status, "cluster": self.settings.cluster, "node": node, "gpu": "",
+            "first_evidence": now, "last_evidence": now, "detected": now, "detector": "remediate",
+            "score": 0.0, "action": action, "summary": summary, "evidence": {}, "evidence_count": 0,
+        }  # fmt: skip
+        # Keyed by node, as every incident.
         await self.producer.send_and_wait(
-            self.settings.topic_incidents,
-            orjson.dumps(notice),
-            key=b"",  # keyed by node, as every incident
+            self.settings.topic_incidents, orjson.dumps(notice), key=node.encode()
         )
 
-    def _audit(self, decision: Decision, outcome: str, slurm_reason: str = "") -> Decision:
+    async def _audit(self, decision: Decision, outcome: str, slurm_reason: str = "") -> Decision:
+        """One row of the ``remediations`` table; what was done (not a skip) also on the topic."""
         row = {
             "decided": datetime.fromtimestamp(self.clock(), tz=UTC),
             "incident_id": decision.incident_id,
@@ -309,6 +312,14 @@ class Remediator:
             column_names=list(columns),
         )
         self.metrics.decisions.labels(outcome).inc()
+        if outcome in _SHOWN and decision.node:
+            await self._notice(
+                f"remediation-{decision.incident_id}-{decision.action}", "remediation",
+                "warn" if outcome == "failed" else "info", "resolved", decision.node,
+                f"faultstream remediate: {outcome.replace('_', ' ')} {decision.node} for "
+                f"{decision.incident_id} ({decision.reason}{'; ' + slurm_reason if slurm_reason else ''})",
+                "",
+            )  # fmt: skip
         return decision
 
     def _now(self) -> int:
