@@ -264,6 +264,18 @@ _TABLES: tuple[Table, ...] = (
         "ORDER BY (cluster, window_seconds, window_start, job_id, run_start)",
     ),
     Table(
+        "fleet_inventory",
+        _columns(f"""
+            cluster {_LOW}
+            node {_LOW}
+            gpus Nullable(UInt16)
+            model {_LOW}
+            source String
+            loaded {_TS}
+        """),
+        "ENGINE = ReplacingMergeTree(loaded)\nORDER BY (cluster, node)",
+    ),
+    Table(
         "remediations",
         _columns(f"""
             decided {_TS}

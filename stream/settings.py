@@ -502,6 +502,12 @@ class Settings:
     receive_max_body_bytes: int = setting(
         32 * 1024 * 1024, "receive: the largest request body taken (a larger one is a 413)."
     )
+    inventory_file: str = setting(
+        "",
+        "The fleet's inventory (node names one a line, a CSV `node[,gpus][,model]`, or `scontrol show "
+        "nodes --oneliner`): fleet-wide figures (MTBF, failures per 1,000 node-days) count its nodes; "
+        "empty: the nodes the inputs name. `replay --inventory` wins.",
+    )
     slurm_poll_seconds: float = setting(
         30.0,
         "slurm-jobs: how often sacct is asked for the jobs' state changes (a job's end reaches the "

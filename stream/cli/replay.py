@@ -56,6 +56,13 @@ def add_replay_parser(commands: Commands) -> None:
         metavar="N",
         help="with --to: records per Kafka message, newline-delimited (default 256; 1: one record a message)",
     )
+    replay.add_argument(
+        "--inventory",
+        type=Path,
+        metavar="FILE",
+        help="the fleet's nodes (a list, a CSV node[,gpus][,model], or scontrol show nodes --oneliner): "
+        "fleet MTBF counts them all (default FAULTSTREAM_INVENTORY_FILE, else the nodes the inputs name)",
+    )
     replay.add_argument("--json", action="store_true", help="print the summary as JSON")
     add_mttf_window_argument(replay)
     replay.add_argument(
@@ -95,7 +102,17 @@ def run_replay(args: argparse.Namespace) -> int:
     options = parse_options_from_args(args, settings)
     if args.to:
         return _publish(args, settings.with_overrides(kafka_bootstrap=_kafka_address(args.to)), options)
+    inventory_path = args.inventory or (Path(settings.inventory_file) if settings.inventory_file else None)
+    inventory = None
+    if inventory_path is not None:
+        from stream.sinks.inventory import read_inventory
+
+        inventory = read_inventory(inventory_path)  # a bad one stops the replay before it starts
     client = connect(settings)
+    if inventory is not None:
+        from stream.sinks.inventory import write_inventory
+
+        write_inventory(client, settings.database, options.cluster, inventory, str(inventory_path))
     tune_for_streaming()
     dead_letter_file = args.dead_letters
     if dead_letter_file is None and settings.is_embedded:

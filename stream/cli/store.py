@@ -52,6 +52,12 @@ def add_report_parser(commands: Commands) -> None:
     report.add_argument("--top", type=int, default=20, help="open critical incidents to list (--json)")
     add_mttf_window_argument(report)
     report.add_argument(
+        "--fleet-window",
+        default="auto",
+        choices=["auto", "day", "week", "month", "quarter"],
+        help="fleet reliability (hardware failures, MTBF) per calendar window, UTC; auto: about a dozen",
+    )
+    report.add_argument(
         "--html",
         type=Path,
         metavar="FILE",
@@ -156,7 +162,9 @@ def run_report(args: argparse.Namespace) -> int:
             bar.update(REPORT_STEPS.index(step) - bar.n)
             bar.set_postfix_str(step)
 
-        report = build_report(connect(settings), settings, top=args.top, progress=progress)
+        report = build_report(
+            connect(settings), settings, top=args.top, progress=progress, fleet_window=args.fleet_window
+        )
         bar.update(bar.total - bar.n)
     if args.html is not None:
         from stream.reports.html import write_html

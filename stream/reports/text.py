@@ -12,6 +12,7 @@ from clickhouse_connect.driver.client import Client
 
 from detectors.mttf import ettr, optimal_checkpoint_interval_hours, projected_mttf_hours
 from schemas.outputs import IncidentKind
+from stream.reports.fleet import choose_fleet_window, fleet_lines, fleet_reliability
 from stream.settings import Settings
 from stream.sinks.store import query_rows, redact_dsn
 
@@ -35,6 +36,7 @@ LEMON_KIND = IncidentKind.LEMON_NODE
 REPORT_STEPS = (
     "row counts",
     "time span",
+    "fleet reliability",
     "incidents",
     "incidents over time",
     "lemon nodes",
@@ -188,6 +190,7 @@ def build_report(
     *,
     incident_limit: int = 200,
     progress: Callable[[str], None] | None = None,
+    fleet_window: str = "auto",
 ) -> dict[str, Any]:
     """Query the store and return the report as plain data (what ``--json`` prints).
 
@@ -221,6 +224,10 @@ def build_report(
         "last": _ts(span_row["last_epoch"]),
         **span_row,
     }
+    step("fleet reliability")
+    first_s, last_s = span_row["first_epoch"], span_row["last_epoch"]
+    span_days = (last_s - first_s) / 86_400 if first_s is not None and last_s is not None else None
+    fleet = fleet_reliability(client, db, choose_fleet_window(fleet_window, span_days), first_s, last_s)
     step("incidents")
     incidents = query_rows(
         client,
@@ -355,6 +362,7 @@ def build_report(
         "xid_mix": xid_mix,
         "dead_letter_reasons": dead_letters,
         "remediations": remediations,
+        "fleet": fleet,
         "attribution": attribution,
         "mttf": windows,
         "rf_per_1000_node_days": rf_per_1000,
@@ -598,6 +606,7 @@ def render_text(report: dict[str, Any], mttf_window: str = "auto") -> str:
         out += ["", *_mttf_table(window, others)]
     if report["ettr_guidance"]:
         out += ["", *_ettr_table(report)]
+    out += fleet_lines(report.get("fleet"))
     out += _remediations(report)
     if report["dead_letter_reasons"]:
         out.append("")

@@ -51,6 +51,7 @@ from stream.kafka.security import KafkaSecurity
 from stream.settings import Settings
 from stream.sinks.clickhouse import ClickHouseSink, FlushStats
 from stream.sinks.dead_letters import DeadLetterLimitExceeded
+from stream.sinks.inventory import read_inventory, write_inventory
 from stream.sinks.pending import PendingStore
 from stream.sinks.store import connect
 from stream.worker.fetching import install as install_fair_share
@@ -228,6 +229,8 @@ def build_app(
         config=detectors,
     )  # fmt: skip
     runtime = WorkerRuntime(app, settings, topics, sink, metrics)
+    # Read at start, so a bad inventory stops the worker at once with the line at fault.
+    inventory = read_inventory(Path(settings.inventory_file)) if settings.inventory_file else None
 
     async def stop(failure: BaseException, why: str = "stopping the worker") -> None:
         """Stop the worker with one ERROR line saying why (its supervisor decides what follows)."""
@@ -327,6 +330,19 @@ def build_app(
             failure = store.failure()
             if failure is not None:
                 await stop(failure)
+
+    @app.task
+    async def load_inventory() -> None:
+        if inventory is None:
+            return
+        if store is not None:
+            await asyncio.to_thread(store.wait)
+            if store.failure() is not None:
+                return
+        count = write_inventory(
+            sink.client, settings.database, settings.cluster, inventory, settings.inventory_file
+        )
+        _log.info("fleet inventory: %d nodes from %s", count, settings.inventory_file)
 
     @app.task
     async def refresh() -> None:

@@ -16,7 +16,9 @@ the class ``mark``:
     MTTF per job-size bucket (log scale), with the MTTF the bucket's average job would have at the
     paper's rates;
 ``ettr``
-    expected ETTR at the optimal checkpoint interval per reference job size.
+    expected ETTR at the optimal checkpoint interval per reference job size;
+``fleet-mtbf``
+    the fleet's MTBF (hours per critical hardware failure) per calendar window, no job records needed.
 
 A chart without data is replaced by a sentence saying so.
 """
@@ -52,6 +54,7 @@ from stream.reports.html.svg import (
 __all__ = [
     "SEVERITIES",
     "ettr_chart",
+    "fleet_mtbf_chart",
     "incidents_over_time_chart",
     "mttf_by_size_chart",
     "rf_by_size_chart",
@@ -471,3 +474,48 @@ def ettr_chart(report: dict[str, Any]) -> str:
     )
     caption = "Share of wall-clock time that is useful training, from the measured r_f (SPEC 3)."
     return chart_figure(name, title, svg_root(frame, title, body), "", caption)
+
+
+def fleet_mtbf_chart(report: dict[str, Any], limit: int = 40) -> str:
+    """The fleet's MTBF per calendar window (the newest ``limit`` windows), from critical hardware
+    incidents over the fleet's nodes: no job records needed.
+
+    Parameters
+    ----------
+    report
+        The report data; reads ``fleet``.
+
+    Returns
+    -------
+    str
+        The ``fleet-mtbf`` figure, or a sentence if no window had a failure.
+    """
+    name, title = "fleet-mtbf", "Fleet MTBF per window"
+    fleet = report.get("fleet") or {}
+    windows = (fleet.get("windows") or [])[-limit:]
+    known = [w["mtbf_hours"] for w in windows if w["mtbf_hours"]]
+    if not known:
+        return empty_chart_figure(name, title, "No hardware failure yet: the MTBF is not known.")
+    top = nice_ceiling(max(known) * 1.15)
+    frame = Frame(260, right=40)
+    body = y_axis(frame, top, "hours per failure")
+    body += _vertical_bars(
+        frame,
+        [
+            (
+                w["start"][:10] if fleet.get("window") != "quarter" else w["start"][:7],
+                w["mtbf_hours"],
+                format_number(w["mtbf_hours"], 1) if w["mtbf_hours"] else "none",
+                f"{w['start'][:10]}: {w['hardware_failures']:,} hardware failures over {w['nodes']:,} nodes "
+                f"({format_number(w['node_days'], 1)} node-days)",
+                "#0072B2",
+            )
+            for w in windows
+        ],
+        lambda v: frame.y0 - frame.plot_height * v / top,
+    )
+    caption = (
+        f"Hours of each {fleet.get('window', 'window')} per critical hardware failure (system MTBF); "
+        f"no bar: no failure. {fleet.get('note', '')}."
+    )
+    return chart_figure(name, title, svg_root(frame, title, body), legend([]), caption)

@@ -12,6 +12,7 @@ from typing import Any
 from stream.reports.html.charts import (
     SEVERITIES,
     ettr_chart,
+    fleet_mtbf_chart,
     incidents_over_time_chart,
     mttf_by_size_chart,
     rf_by_size_chart,
@@ -245,6 +246,7 @@ def mttf_section(report: dict[str, Any]) -> str:
             f"({hw['gpu_hours']:,.0f} GPU-hours lost), {other['jobs']:,} not. Only hardware-attributed "
             "failures count in r_f and MTTF.</p>"
         )
+    parts.append(fleet_mtbf_chart(report))
     parts.append('<div class="grid-2">')
     parts.append(rf_by_size_chart(report))
     parts.append(mttf_by_size_chart(report))

@@ -127,6 +127,15 @@ def full_report(text: str = "x") -> dict[str, Any]:
             "expected_ettr": -0.2,
         },
     ]
+    report["fleet"] = {
+        "window": "week", "inventory": True, "nodes": 100, "note": "inventory of 100 nodes",
+        "windows": [
+            {"start": f"2024-01-{day:02d}T00:00:00Z", "end": "", "nodes": 100, "node_days": 700.0,
+             "hardware_failures": failures, "failures_per_1000_node_days": 1000 * failures / 700 if failures else 0.0,
+             "mtbf_hours": 168 / failures if failures else None}
+            for day, failures in ((1, 2), (8, 0), (15, 5))
+        ],
+    }  # fmt: skip
     return report
 
 
@@ -138,13 +147,14 @@ def charts(page: str) -> dict[str, str]:
 def test_every_chart_draws_marks_from_a_full_report() -> None:
     figures = charts(render_html(full_report()))
     assert set(figures) == {
-        "incidents-over-time", "xid-mix", "rf-by-size", "mttf-by-size", "rf-over-time-86400", "ettr",
+        "incidents-over-time", "xid-mix", "rf-by-size", "mttf-by-size", "rf-over-time-86400", "ettr", "fleet-mtbf",
     }  # fmt: skip
     for name, figure in figures.items():
         assert "<svg" in figure and 'class="mark' in figure, name
     # stacked severities: one rect per non-zero (bin, severity)
     assert figures["incidents-over-time"].count('<rect class="mark') == 3
     assert figures["xid-mix"].count('<rect class="mark') == 2
+    assert figures["fleet-mtbf"].count('<rect class="mark') == 2  # a week without failure has no bar
     # a bucket without failures has no MTTF bar; the paper's rates are lines with a point per bucket
     assert "no failure" in figures["mttf-by-size"]
     assert figures["mttf-by-size"].count('<circle class="mark ref-point"') == 2 * 3

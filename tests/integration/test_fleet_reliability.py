@@ -1,0 +1,106 @@
+"""Fleet reliability without job records (issue 45): MTBF and failures per 1,000 node-days per
+calendar window, over the inventory's nodes, from a real replay into the real ClickHouse engine."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.services.worker import cli, query
+
+pytestmark = pytest.mark.integration
+
+
+def inputs(sim: Path) -> list[str]:
+    return [str(sim / name) for name in ("kernel.log", "sacct.txt", "dcgm.prom")]
+
+
+@pytest.fixture(scope="module")
+def replayed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    folder = tmp_path_factory.mktemp("fleet")
+    sim = folder / "sim"
+    cli({}, "simulate", "--nodes", "30", "--days", "21", "--seed", "5", "--ecc-interval-minutes", "720",
+        "--out", str(sim))  # fmt: skip
+    return folder, sim
+
+
+def test_with_an_inventory_every_node_counts_and_mtbf_is_hours_over_failures(
+    replayed: tuple[Path, Path],
+) -> None:
+    folder, sim = replayed
+    spare = [f"spare{n:03d}" for n in range(70)]  # never named by any input: they never failed
+    inventory = folder / "inventory.txt"
+    inventory.write_text("\n".join([f"node{n:04d}" for n in range(1, 31)] + spare) + "\n")
+    store = folder / "with-inventory"
+    cli(
+        {},
+        "replay",
+        *inputs(sim),
+        "--inventory",
+        str(inventory),
+        "--clickhouse",
+        f"chdb://{store}",
+        "--no-progress",
+    )
+    report = json.loads(cli({}, "report", "--json", "--fleet-window", "week", "--clickhouse", f"chdb://{store}",
+                            "--no-progress"))  # fmt: skip
+    fleet = report["fleet"]
+    assert fleet["inventory"] and fleet["nodes"] == 100 and fleet["window"] == "week"
+    kinds = "'gpu_memory','gpu_row_remap','gpu_nvlink','gpu_bus','gpu_firmware','gpu_engine','gpu_thermal_power','gpu_recovery','nvswitch_fatal'"
+    failures = query(
+        store,
+        f"""SELECT toString(toMonday(first_evidence)) AS week, count() AS n
+        FROM faultstream.incidents FINAL WHERE severity = 'critical' AND kind IN ({kinds}) GROUP BY week""",
+    )
+    expected = {row["week"]: int(row["n"]) for row in failures}
+    assert sum(expected.values()) > 0, "the simulated weeks have no hardware failure to count"
+    got = {w["start"][:10]: w["hardware_failures"] for w in fleet["windows"] if w["hardware_failures"]}
+    assert got == expected
+    [span] = query(store, """SELECT toUnixTimestamp(min(ts)) AS first, toUnixTimestamp(max(ts)) AS last FROM (
+        SELECT ts FROM faultstream.xid_events UNION ALL SELECT ts FROM faultstream.job_events
+        UNION ALL SELECT ts FROM faultstream.ecc_samples)""")  # fmt: skip
+    total_days = (int(span["last"]) - int(span["first"])) / 86400
+    assert sum(w["node_days"] for w in fleet["windows"]) == pytest.approx(100 * total_days, rel=1e-3)
+    for window in fleet["windows"]:
+        days = window["node_days"] / 100
+        if window["hardware_failures"]:
+            assert window["mtbf_hours"] == pytest.approx(24 * days / window["hardware_failures"], rel=1e-3)
+            assert window["failures_per_1000_node_days"] == pytest.approx(
+                1000 * window["hardware_failures"] / window["node_days"], rel=1e-3)  # fmt: skip
+        else:
+            assert window["mtbf_hours"] is None
+    text = cli({}, "report", "--fleet-window", "week", "--clickhouse", f"chdb://{store}", "--no-progress")
+    assert "Fleet reliability per week" in text and "inventory of 100 nodes" in text
+
+
+def test_without_an_inventory_the_report_says_which_nodes_it_assumed(replayed: tuple[Path, Path]) -> None:
+    folder, sim = replayed
+    store = folder / "no-inventory"
+    cli({}, "replay", *inputs(sim), "--clickhouse", f"chdb://{store}", "--no-progress")
+    fleet = json.loads(cli({}, "report", "--json", "--clickhouse", f"chdb://{store}", "--no-progress"))[
+        "fleet"
+    ]
+    assert not fleet["inventory"] and fleet["nodes"] == 30
+    assert "no inventory: the fleet is taken as the 30 nodes the inputs name" in fleet["note"]
+
+
+def test_a_bad_inventory_stops_the_replay_before_it_starts(
+    replayed: tuple[Path, Path], tmp_path: Path
+) -> None:
+    _, sim = replayed
+    bad = tmp_path / "inventory.csv"
+    bad.write_text("node,gpus\nnode0001,eight\n")
+    import subprocess
+    import sys
+
+    from tests.services.worker import ROOT  # noqa: F401 (cli runs from the repository root)
+
+    done = subprocess.run(
+        [sys.executable, "-m", "stream.cli", "replay", *inputs(sim), "--inventory", str(bad), "--clickhouse",
+         f"chdb://{tmp_path / 'store'}", "--no-progress"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2 and "inventory.csv:2: gpus must be a whole number" in done.stderr, done.stderr
+    assert not (tmp_path / "store").exists()
