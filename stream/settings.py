@@ -491,8 +491,36 @@ class Settings:
     )
     receive_listen: str = setting(
         "127.0.0.1:9201",
-        "receive: the address Prometheus' remote_write is served on (`/api/v1/write`); loopback only "
-        "(no TLS nor authentication of its own yet).",
+        "receive: the address Prometheus' remote_write is served on (`/api/v1/write`); an address "
+        "beyond the loopback is refused unless both TLS and an authentication method are configured.",
+    )
+    receive_tls_cert_file: str = setting(
+        "",
+        "receive: PEM certificate (chain) served over TLS (https); empty: plain HTTP (loopback only).",
+    )
+    receive_tls_key_file: str = setting(
+        "", "receive: PEM private key of `receive_tls_cert_file` (empty: the key is in the certificate file)."
+    )
+    receive_basic_auth_username: str = setting(
+        "",
+        "receive: the user of HTTP Basic authentication (Prometheus' `basic_auth`); with "
+        "`receive_basic_auth_password_file`.",
+    )
+    receive_basic_auth_password_file: str = setting(
+        "",
+        "receive: file holding the Basic password (a mounted secret; surrounding whitespace ignored, "
+        "as Prometheus' `password_file`); never printed.",
+    )
+    receive_bearer_token_file: str = setting(
+        "",
+        "receive: file holding the bearer token (Prometheus' `authorization: {type: Bearer, "
+        "credentials_file}`; surrounding whitespace ignored); never printed. With Basic set too, "
+        "either is accepted.",
+    )
+    receive_metrics_port: int = setting(
+        9468,
+        "receive: port of its Prometheus `/metrics` (on metrics_host): requests by status, 401s by "
+        "reason; 0 turns it off.",
     )
     receive_settle_seconds: float = setting(
         10.0,

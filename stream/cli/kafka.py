@@ -66,7 +66,8 @@ def add_receive_parser(commands: Commands) -> None:
     receive.add_argument(
         "--listen",
         metavar="HOST:PORT",
-        help="address to serve on, loopback only (default FAULTSTREAM_RECEIVE_LISTEN)",
+        help="address to serve on (default FAULTSTREAM_RECEIVE_LISTEN); beyond the loopback only with "
+        "TLS and authentication (FAULTSTREAM_RECEIVE_TLS_*, _BASIC_AUTH_* or _BEARER_TOKEN_FILE)",
     )
     receive.add_argument(
         "--kafka", metavar="HOST:PORT", help="bootstrap servers (default FAULTSTREAM_KAFKA_BOOTSTRAP)"
@@ -85,17 +86,21 @@ def run_receive(args: argparse.Namespace) -> int:
     Returns
     -------
     int
-        The exit code: 0 (a refused address raises ``SettingsError``: exit code 2).
+        The exit code: 0 (a refused address or security file raises ``SettingsError``: exit code 2).
     """
     import asyncio
 
     from stream.kafka.reachable import wait_for_kafka
-    from stream.receive.server import listen_address, run_receiver
+    from stream.receive.security import ReceiveSecurity, listen_address
+    from stream.receive.server import run_receiver
 
     settings = Settings.from_env(kafka_bootstrap=args.kafka, receive_listen=args.listen)
-    listen_address(settings.receive_listen)  # refused before anything else
+    # Refused before anything else: TLS and secret files that cannot be read, an address beyond
+    # the loopback without both TLS and authentication.
+    security = ReceiveSecurity.from_settings(settings)
+    host, port = listen_address(settings.receive_listen, security)
     asyncio.run(wait_for_kafka(settings, "receive"))
-    run_receiver(settings, settings.receive_listen)
+    run_receiver(settings, host, port, security)
     return 0
 
 

@@ -256,6 +256,7 @@ def deployment_env(bootstrap: str, prefix: str, partitions: int, **extra: str) -
         "FAULTSTREAM_WORKER_FLEET_IDLE_SECONDS": "15",
         "FAULTSTREAM_WORKER_APP_ID": prefix,
         "FAULTSTREAM_METRICS_PORT": "0",  # tests that read metrics pick a free port
+        "FAULTSTREAM_RECEIVE_METRICS_PORT": "0",  # likewise for the receiver's
         **{f"FAULTSTREAM_TOPIC_{name}": f"{prefix}.{name.lower()}" for name in topic_settings()},
     }
     env.update(extra)
