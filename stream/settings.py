@@ -537,9 +537,7 @@ class Settings:
         "rotation by rename or copytruncate is followed), or `journal:PATH` (a `.journal` file or folder, "
         "read with `journalctl --file`/`--directory`).",
     )
-    agent_node: str = setting(
-        "", "agent: the node name its records are keyed by; empty: this host's name."
-    )
+    agent_node: str = setting("", "agent: the node name its records are keyed by; empty: this host's name.")
     agent_state_dir: str = setting(
         "",
         "agent: folder of its cursor and spool (keep it across restarts); empty: `agent` in data_dir.",

@@ -132,7 +132,7 @@ def test_state_files_are_replaced_whole_and_bad_ones_named(tmp_path: Path) -> No
     assert read_state(path) == {"kind": "file", "inode": 1, "offset": 5}
     assert not path.with_name("cursor.json.tmp").exists()
     path.write_text("{half")
-    with pytest.raises(StateFileError, match="cursor.json"):
+    with pytest.raises(StateFileError, match=r"cursor\.json"):
         read_state(path)
 
 
