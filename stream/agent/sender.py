@@ -26,6 +26,8 @@ _log = logging.getLogger("faultstream.agent")
 _LONGEST_PAUSE_S = 30.0
 #: Records sent per round (each round waits for all of its acknowledgements).
 _BATCH_RECORDS = 2000
+#: How long one batch's acknowledgements are waited for.
+_BATCH_TIMEOUT_S = 20.0
 
 
 class SpoolSender:
@@ -64,7 +66,11 @@ class SpoolSender:
             repeats = self.spool.take_in_doubt(batch)
             self.spool.sending(batch[-1].end)
             futures = [await producer.send(entry.topic, value=entry.value, key=entry.key) for entry in batch]
-            outcomes = await asyncio.gather(*futures, return_exceptions=True)
+            # aiokafka may hold a batch for a broker that is gone well past its request timeout:
+            # after this long the batch counts as failed and the next try uses a new producer.
+            outcomes = await asyncio.wait_for(
+                asyncio.gather(*futures, return_exceptions=True), _BATCH_TIMEOUT_S
+            )
         except Exception as exc:  # the broker away: aiokafka raises its own errors and OSErrors
             await self._failed(exc)
             self.spool.doubt(batch[-1].end)
@@ -114,7 +120,6 @@ class SpoolSender:
     async def _failed(self, exc: BaseException) -> None:
         """Count and (once per outage) say a failed send; start the next try with a new producer
         (an idempotent producer whose batches expired may be out of step with the broker)."""
-        await self._close_producer()
         self.metrics.publish_failures.inc()
         if self._failing_since is None:
             self._failing_since = time.monotonic()
@@ -123,6 +128,7 @@ class SpoolSender:
                 type(exc).__name__,
                 exc,
             )
+        await self._close_producer()
 
     async def _close_producer(self) -> None:
         if self._producer is not None:

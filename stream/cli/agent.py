@@ -74,6 +74,9 @@ def run_agent(args: argparse.Namespace) -> int:
     from stream.agent.service import run_agent as serve
 
     logging.getLogger("faultstream").setLevel(logging.INFO)
+    # aiokafka logs each failed connection while a broker is away (several a second); the agent
+    # says an outage once itself, and its end.
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     settings = Settings.from_env(
         kafka_bootstrap=args.kafka,
         data_dir=args.data_dir,
