@@ -16,6 +16,10 @@ Rotation, as logrotate does it:
 - the path missing for a while (between rename and create): the open file is read on; the new one
   is picked up when it appears.
 
+The follower looks every ``agent_poll_seconds``: a file that is created *and* rotated between two
+looks (before the follower ever opened it) is not seen, as with ``tail -F``. Once it has opened
+a file, no rotation loses its lines.
+
 A restart resumes from the stored position: the same inode is read on from the offset; another
 inode means the file rotated while the agent was away, so the rotated file is looked for beside it
 (a name that starts with the log's, holding that inode: ``kern.log.1``) and its rest is read first.

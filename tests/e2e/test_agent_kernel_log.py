@@ -56,6 +56,7 @@ def test_lines_shipped_by_the_agent_give_the_replay_s_results(bootstrap: str, tm
             with log.open("ab") as handle:
                 handle.write(b"".join(lines[start : min(start + 500, half)]))
             time.sleep(0.05)
+        agent.wait_published(half)  # (a file created and rotated between two looks is never seen)
         log.rename(log.with_name("kern.log.1"))  # rotated half-way
         with log.open("ab") as handle:
             handle.write(b"".join(lines[half:]))
