@@ -565,6 +565,49 @@ class Settings:
     slurm_metrics_port: int = setting(
         9466, "slurm-jobs: port of its Prometheus `/metrics` (on metrics_host); 0 turns it off."
     )
+    agent_kernel_log: str = setting(
+        "journal",
+        "agent: the kernel log it follows: `journal` (`journalctl -k -f`), a file path (`/var/log/kern.log`; "
+        "rotation by rename or copytruncate is followed), or `journal:PATH` (a `.journal` file or folder, "
+        "read with `journalctl --file`/`--directory`).",
+    )
+    agent_node: str = setting("", "agent: the node name its records are keyed by; empty: this host's name.")
+    agent_state_dir: str = setting(
+        "",
+        "agent: folder of its cursor and spool (keep it across restarts); empty: `agent` in data_dir.",
+    )
+    agent_from_start: bool = setting(
+        False,
+        "agent: with no cursor yet, read an existing kernel-log file from its start (default: from its "
+        "end; a file that appears later is read whole, the journal from the current boot's start).",
+    )
+    agent_spool_max_bytes: int = setting(
+        64 * 1024 * 1024,
+        "agent: the on-disk spool of records Kafka has not acknowledged stays under this size; past it the "
+        "oldest are dropped, counted and logged.",
+    )
+    agent_max_line_bytes: int = setting(
+        65536,
+        "agent: a longer kernel-log line (or journal entry) is cut to this many bytes (and counted).",
+    )
+    agent_poll_seconds: float = setting(
+        0.5, "agent: how often a kernel-log file is looked at for new lines and rotation."
+    )
+    agent_dcgm_url: str = setting(
+        "",
+        "agent: the local dcgm-exporter's metrics URL (`http://127.0.0.1:9400/metrics`), scraped for ECC "
+        "samples; empty: no scraping.",
+    )
+    agent_dcgm_seconds: float = setting(30.0, "agent: how often the dcgm-exporter is scraped.")
+    agent_nvidia_smi_seconds: float = setting(
+        0.0, "agent: how often `nvidia-smi -q` is run for ECC samples; 0: never."
+    )
+    agent_nvidia_smi_command: str = setting(
+        "nvidia-smi", "agent: the nvidia-smi command (a path, or a name found on PATH)."
+    )
+    agent_metrics_port: int = setting(
+        9468, "agent: port of its Prometheus `/metrics` (on metrics_host); 0 turns it off."
+    )
     remediate_group: str = setting(
         "faultstream-remediate",
         "remediate: consumer group holding the remediator's committed offsets on the incidents topic.",

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from stream.cli import diff, explain, kafka, replay, simulate, slurm, store
+from stream.cli import agent, diff, explain, kafka, replay, simulate, slurm, store
 from stream.cli.common import EXIT_DEAD_LETTERS, EXIT_KAFKA, EXIT_STORE, EXIT_USAGE
 from stream.kafka.security import KafkaAccessError
 from stream.settings import CONFIG_FILE_VARIABLE, SettingsError
@@ -80,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     kafka.add_notify_parser(commands)
     slurm.add_slurm_jobs_parser(commands)
     slurm.add_remediate_parser(commands)
+    agent.add_agent_parser(commands)
     store.add_init_db_parser(commands)
     simulate.add_simulate_parser(commands)
     simulate.add_evaluate_parser(commands)

@@ -45,6 +45,7 @@ def machine(
         "prometheus-alertmanager",
         "openssl",
         "keytool",
+        "systemd-journal-remote",
         *(["cc"] if cc else []),
     ):
         (bin_dir / tool).write_text("#!/bin/sh\n")
