@@ -606,7 +606,7 @@ class Settings:
         "nvidia-smi", "agent: the nvidia-smi command (a path, or a name found on PATH)."
     )
     agent_metrics_port: int = setting(
-        9468, "agent: port of its Prometheus `/metrics` (on metrics_host); 0 turns it off."
+        9469, "agent: port of its Prometheus `/metrics` (on metrics_host); 0 turns it off."
     )
     remediate_group: str = setting(
         "faultstream-remediate",

@@ -38,6 +38,9 @@ def machine(
     modules = tmp_path / "rsyslog-modules"
     modules.mkdir()
     (modules / "omkafka.so").write_text("")
+    slurm_plugins = tmp_path / "slurm-plugins"
+    slurm_plugins.mkdir()
+    (slurm_plugins / "accounting_storage_mysql.so").write_text("")
     for tool in (
         "rsyslogd",
         "chromium",
@@ -46,12 +49,17 @@ def machine(
         "openssl",
         "keytool",
         "systemd-journal-remote",
+        *("munged", "munge", "slurmctld", "slurmd", "sbatch", "sacct", "slurmdbd"),
+        *("mariadbd", "mariadb-install-db", "mariadb"),
         *(["cc"] if cc else []),
     ):
         (bin_dir / tool).write_text("#!/bin/sh\n")
         (bin_dir / tool).chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
-    return {**env, "PATH": str(bin_dir), "VIRTUAL_ENV": sys.prefix, "RSYSLOG_MODULES": str(modules)}
+    return {
+        **env, "PATH": str(bin_dir), "VIRTUAL_ENV": sys.prefix, "RSYSLOG_MODULES": str(modules),
+        "SLURM_PLUGINS": str(slurm_plugins),
+    }  # fmt: skip
 
 
 def setup(env: dict[str, str], *args: str, script: Path = SETUP) -> subprocess.CompletedProcess[str]:
