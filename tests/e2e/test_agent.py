@@ -26,7 +26,7 @@ import pytest
 from tests.services import kafka
 from tests.services.agent import AgentProcess, topic_values
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.load_tolerant]  # generous deadlines; it mostly waits
 
 KAFKA_SCRIPTS = Path(__file__).resolve().parents[1] / "services" / "kafka"
 
