@@ -44,6 +44,7 @@ has had two faults, a node with five is a lemon, and a node with one is not.
 
 from __future__ import annotations
 
+import bisect
 import math
 import operator
 from collections import deque
@@ -135,6 +136,27 @@ class _Node:
     failed_jobs: set[str] = field(default_factory=set)
 
 
+@dataclass(slots=True)
+class _Derived:
+    """What :meth:`LemonTracker.evaluate` derives from the nodes' signals, kept between evaluations
+    (never pickled: rebuilt from the signals after a restore)."""
+
+    #: Node names in the tracker's order, their index, and the indexes in name order.
+    names: list[str] = field(default_factory=list)
+    index: dict[str, int] = field(default_factory=dict)
+    by_name: list[int] = field(default_factory=list)
+    #: Per index: the count of each signal (SIGNALS, then job runs) and the exposure in days.
+    counts: list[tuple[int, ...]] = field(default_factory=list)
+    exposure: list[float] = field(default_factory=list)
+    #: The fleet's total of each count.
+    totals: list[int] = field(default_factory=lambda: [0] * (len(SIGNALS) + 1))
+    #: Nodes holding any signal in the window; nodes changed since the last evaluation; indexes of
+    #: nodes first seen within the window (their exposure still grows).
+    holding: set[str] = field(default_factory=set)
+    touched: set[str] = field(default_factory=set)
+    young: set[int] = field(default_factory=set)
+
+
 class LemonTracker:
     """Per-node signal counts over a sliding window and the fleet comparison.
 
@@ -155,6 +177,13 @@ class LemonTracker:
         self.config = config
         self._nodes: dict[str, _Node] = {}
         self._first_ms: int | None = None
+        self._derived: _Derived | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The tracker's state without what :meth:`evaluate` derives from it (rebuilt after a restore)."""
+        state = self.__dict__.copy()
+        state.pop("_derived", None)
+        return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Unpickle, also a worker checkpoint from before exposure and confidence: the settings it
@@ -168,6 +197,7 @@ class LemonTracker:
             if not hasattr(node, "failed_jobs"):
                 node.failed_jobs = {job for _, job in node.failed}
         self.__dict__.update(state)
+        self._derived = None
 
     def see_node(self, node: str, ts_ms: int) -> None:
         """Count a node in the fleet even if it never shows a signal (healthy nodes are the baseline)."""
@@ -181,6 +211,8 @@ class LemonTracker:
             state = self._nodes[node] = _Node()
         if state.first_ms is None or ts_ms < state.first_ms:
             state.first_ms = ts_ms
+        if self._derived is not None:
+            self._derived.touched.add(node)
         return state
 
     def record(self, node: str, signal: str, ts_ms: int) -> None:
@@ -224,6 +256,8 @@ class LemonTracker:
         state = self._nodes.get(node)
         if state is None:
             return
+        if self._derived is not None:
+            self._derived.touched.add(node)
         times = state.signals[signal]
         value = ts_ms - ts_ms % DAY_MS if signal == "xid_days" else ts_ms
         if value in times:
@@ -232,14 +266,63 @@ class LemonTracker:
             state.failed.remove((ts_ms, job_id))
             state.failed_jobs.discard(job_id)
 
-    def _expire(self, now_ms: int) -> None:
+    def _expire(self, now_ms: int, derived: _Derived) -> None:
+        """Drop what left the window, from the nodes that hold anything (the others hold nothing)."""
         start = now_ms - self.config.window_ms
-        for state in self._nodes.values():
+        nodes = self._nodes
+        for name in derived.holding | derived.touched:
+            state = nodes[name]
             for times in state.signals.values():
-                while times and times[0] <= start:
-                    times.popleft()
+                if times and times[0] <= start:
+                    while times and times[0] <= start:
+                        times.popleft()
+                    derived.touched.add(name)
             while state.failed and state.failed[0][0] <= start:
                 state.failed_jobs.discard(state.failed.popleft()[1])
+
+    def _derive(self, now_ms: int) -> _Derived:
+        """The per-node counts and exposures evaluate reads, brought up to date: only the nodes
+        touched since the last evaluation, those holding signals, and the young ones (first seen
+        within the window) are looked at, so an evaluation costs what changed, not the fleet."""
+        derived = self._derived
+        if derived is None:
+            derived = self._derived = _Derived()
+            derived.touched.update(self._nodes)
+        nodes = self._nodes
+        if len(derived.names) < len(nodes):  # nodes are only ever added, in the dict's order
+            for name in list(nodes)[len(derived.names) :]:
+                index = len(derived.names)
+                derived.index[name] = index
+                derived.names.append(name)
+                derived.counts.append((0,) * (len(SIGNALS) + 1))
+                derived.exposure.append(0.0)
+                bisect.insort(derived.by_name, index, key=derived.names.__getitem__)
+                derived.touched.add(name)
+        self._expire(now_ms, derived)
+        start = now_ms - self.config.window_ms
+        totals = derived.totals
+        for name in derived.touched:
+            index = derived.index[name]
+            state = nodes[name]
+            counts = tuple(map(len, _ALL_SIGNALS(state.signals)))
+            for signal, (old, new) in enumerate(zip(derived.counts[index], counts, strict=True)):
+                totals[signal] += new - old
+            derived.counts[index] = counts
+            if any(counts):
+                derived.holding.add(name)
+            else:
+                derived.holding.discard(name)
+            derived.young.add(index)  # its first fact may have moved: its exposure is recomputed below
+        derived.touched.clear()
+        exposure = derived.exposure
+        for index in list(derived.young):
+            first_ms = nodes[derived.names[index]].first_ms
+            exposure[index] = (
+                max(now_ms - max(start, first_ms if first_ms is not None else now_ms), 0) / DAY_MS
+            )
+            if first_ms is not None and first_ms <= start:
+                derived.young.discard(index)  # a full window from now on: its exposure no longer changes
+        return derived
 
     def evaluate(self, now_ms: int) -> list[LemonVerdict]:
         """Verdicts for the window ending at ``now_ms``: the lemons, in node order.
@@ -248,23 +331,22 @@ class LemonTracker:
         two lemons would otherwise raise the mean they are compared with), scaled to its exposure
         (time in the window, since its first fact) and, for the load-scaled signals, its work.
         """
-        self._expire(now_ms)
+        derived = self._derive(now_ms)
         nodes = self._nodes
         fleet = len(nodes)
         if fleet == 0 or self._first_ms is None or now_ms - self._first_ms < self.config.min_history_ms:
             return []
-        start = now_ms - self.config.window_ms
         # Node by node in the tracker's order (the float sums below add in that order), by index:
         # each node's exposure in days and its count of each signal (SIGNALS, then job_runs).
-        names = list(nodes)
-        exposure = [
-            max(now_ms - max(start, state.first_ms if state.first_ms is not None else now_ms), 0) / DAY_MS
-            for state in nodes.values()
-        ]
-        counts_of = [tuple(map(len, _ALL_SIGNALS(state.signals))) for state in nodes.values()]
-        totals = [sum(column) for column in zip(*counts_of, strict=True)]
+        names = derived.names
+        exposure = derived.exposure
+        counts_of = derived.counts
+        totals = derived.totals
         total_exposure = sum(exposure)
-        by_name = sorted(range(fleet), key=names.__getitem__)
+        by_name = derived.by_name
+        # The nodes holding any signal, in name order: the only ones that can rank above another
+        # by a count, or be a lemon.
+        holding = sorted((derived.index[name] for name in derived.holding), key=names.__getitem__)
         # The reference leaves out the node itself and the fleet's top nodes of each signal (2%,
         # at least one): in a week-old fleet of 32, another lemon must not make a lemon look usual.
         trim = max(1, math.ceil(self.config.trim_share * fleet))
@@ -273,8 +355,17 @@ class LemonTracker:
         top_counts: list[tuple[int, int]] = []
         top_days: list[tuple[float, float]] = []
         for signal in range(len(totals)):
-            fewer = [-counts[signal] for counts in counts_of]
-            top = sorted(by_name, key=fewer.__getitem__)[: trim + 1]  # stable: ties by name
+            # The fleet's nodes by count, highest first, ties in name order: those with a count
+            # (sorted stably), then those without, in name order, as many as the top needs.
+            counted = [i for i in holding if counts_of[i][signal]]
+            counted.sort(key=lambda i: -counts_of[i][signal])
+            top = counted[: trim + 1]
+            if len(top) < trim + 1:
+                for index in by_name:
+                    if not counts_of[index][signal]:
+                        top.append(index)
+                        if len(top) == trim + 1:
+                            break
             tops.append(frozenset(top))
             top_counts.append(
                 (sum(counts_of[i][signal] for i in top[:trim]), sum(counts_of[i][signal] for i in top))
@@ -287,7 +378,8 @@ class LemonTracker:
         )
         runs_index = len(SIGNALS)  # where a node's job runs are in its counts
         verdicts = []
-        for index in by_name:
+        # With a positive threshold a node without signals is never a lemon (its surprises are 0).
+        for index in holding if self.config.threshold > 0 else by_name:
             counts = counts_of[index]
             if not any(counts[:runs_index]) and self.config.threshold > 0:
                 continue  # nothing seen: every surprise is 0 (most of a healthy fleet)
