@@ -236,3 +236,17 @@ def test_receive_throughput_smoke(bootstrap: str, tmp_path: Path) -> None:
     table = run_benchmark("receive_throughput.py", bootstrap, tmp_path)
     [row] = [line for line in table.splitlines() if line.startswith("| 4 |")]
     assert all(number(cell.strip()) > 0 for cell in row.strip().strip("|").split("|")), table
+
+
+def test_sparse_history_smoke() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "sparse_history.py"), "--events", "300", "--nodes", "500",
+         "--years", "1", "--runs", "1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    rates = re.findall(r"^\s+(sparse|dense) \([^)]*\):\s+([\d,]+) events/s", done.stdout, re.M)
+    assert [name for name, _ in rates] == ["sparse", "dense"] and all(
+        number(rate) > 0 for _, rate in rates
+    ), done.stdout
+    assert re.search(r"sparse / dense: \d+\.\d\dx", done.stdout), done.stdout
