@@ -303,6 +303,7 @@ class WorkerRuntime:
         message = event.message
         if self._stale(message):
             return
+        revocations = self._revocations
         source = f"{message.topic}/{message.partition}"
         counted = self.metrics.input(message.topic)
         parts = batched_parts(message)
@@ -370,6 +371,13 @@ class WorkerRuntime:
             async with self.lock:
                 if not await self.commit_point.flush_sink(_REKEY_BATCH, lambda: True):
                     return
+        if self._revocations != revocations:
+            # Revoked while the copies were sent: the revocation forgot the source partition's
+            # progress, which is its next owner's (it re-keys from the committed offset; these
+            # copies are repeats to it). Recorded now, the message would count as re-keyed here
+            # in the next generation (the partition's first message taken for done, its offset
+            # committed, by whichever worker owns it then) as if nothing had happened in between.
+            return
         # The copies are delivered before the source message may be committed, but the next
         # message is re-keyed meanwhile: waiting for each message's acks in turn re-keyed ~30
         # messages a second, and every partition's merge waited for the jobs (the producer keeps

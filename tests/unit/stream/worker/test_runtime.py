@@ -633,3 +633,35 @@ def test_a_message_whose_partition_is_revoked_while_its_checkpoint_is_read_posit
     asyncio.run(runtime.apply(Delivered(COPIES, 95, 3, job_line(95))))
     assert runtime.partitions == {}
     assigned_again_and_read_from_the_start(runtime, app)
+
+
+def test_a_source_message_revoked_while_its_copies_are_sent_is_not_recorded_as_re_keyed() -> None:
+    """``rekey`` awaits the sends of a message's copies; a revocation meanwhile forgets the source
+    partition's progress (``RekeyedInput.forget``). The message must not be recorded after that:
+    its pending delivery would be settled and its offset committed in the next generation, the
+    partition marked as started there (its first message then not committed at once), whoever owns
+    it by then."""
+    from stream.worker.rekeyed import RekeyedInput, job_copies
+
+    runtime, _app, consumer = counting_runtime()
+    jobs = TP("t.jobs", 0)
+    consumer.assigned = {jobs}
+    consumer.topic_partitions = lambda topic: 4  # type: ignore[attr-defined]
+    commits: list[dict[int, int]] = []
+
+    async def commit_rekeyed(topic: str, delivered: dict[int, int], committed: dict[int, int]) -> None:
+        commits.append(dict(delivered))
+
+    runtime.commit_point.commit_rekeyed = commit_rekeyed  # type: ignore[method-assign]
+
+    class Target:
+        async def send(self, **_: Any) -> asyncio.Future[None]:
+            runtime.forget({jobs})  # the revocation, while the copy is handed to the producer
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            done.set_result(None)
+            return done
+
+    rekeyed = RekeyedInput("t.jobs", "job", Target(), "t.jobs-by-node", job_copies)
+    runtime.rekeyed = {rekeyed.topic: rekeyed}
+    asyncio.run(runtime.rekey(Delivered(jobs, 7, 3, job_line(7)), rekeyed))
+    assert (list(rekeyed.pending), rekeyed.delivered, rekeyed.started, commits) == ([], {}, set(), [])
