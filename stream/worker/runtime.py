@@ -227,6 +227,11 @@ class WorkerRuntime:
             first_offset = parts[0][0]
         counted.messages.inc(messages)
         state = await self._partition_state(message.partition)
+        if not self._current(state) or self._stale(message):
+            # Revoked while its checkpoint was read (not taken up, or the message is of the old
+            # generation): positioning its topic now would outlive the revocation that forgot the
+            # positions, and skip what the next generation reads again before the message.
+            return
         if not await self._next_in_line(message, first_offset):
             return
         state.applied[topic] = message.offset
@@ -298,6 +303,7 @@ class WorkerRuntime:
         message = event.message
         if self._stale(message):
             return
+        revocations = self._revocations
         source = f"{message.topic}/{message.partition}"
         counted = self.metrics.input(message.topic)
         parts = batched_parts(message)
@@ -365,6 +371,13 @@ class WorkerRuntime:
             async with self.lock:
                 if not await self.commit_point.flush_sink(_REKEY_BATCH, lambda: True):
                     return
+        if self._revocations != revocations:
+            # Revoked while the copies were sent: the revocation forgot the source partition's
+            # progress, which is its next owner's (it re-keys from the committed offset; these
+            # copies are repeats to it). Recorded now, the message would count as re-keyed here
+            # in the next generation (the partition's first message taken for done, its offset
+            # committed, by whichever worker owns it then) as if nothing had happened in between.
+            return
         # The copies are delivered before the source message may be committed, but the next
         # message is re-keyed meanwhile: waiting for each message's acks in turn re-keyed ~30
         # messages a second, and every partition's merge waited for the jobs (the producer keeps
@@ -392,7 +405,15 @@ class WorkerRuntime:
 
     def _stale(self, message: Any) -> bool:
         """Fetched before a rebalance: whoever owns the partition now reads it again from the
-        committed offset."""
+        committed offset. So is every message handed on between a revocation and the group's next
+        assignment, although the consumer still reports the old assignment then: the revocation
+        dropped the partition's state, and applying the message would make the state again from
+        its checkpoint with the message for its topic's first one (a topic the checkpoint has no
+        offset of is not positioned), so that in the next generation everything between the
+        checkpoint and the message, read again from the committed offset, would be skipped as
+        repeats."""
+        if not self.assigned:
+            return True
         generation = self.app.consumer_generation_id
         if message.generation_id != generation:
             return True

@@ -228,6 +228,7 @@ def counting_runtime() -> tuple[WorkerRuntime, FakeApp, CountingConsumer]:
     runtime, app = make_runtime()
     consumer = app.consumer = CountingConsumer()
     app.consumer_generation_id = 3  # type: ignore[attr-defined]
+    runtime.note_assigned()  # a worker is handed messages once the group has assigned it partitions
     return runtime, app, consumer
 
 
@@ -530,3 +531,137 @@ def test_a_restore_under_the_same_catalog_overrides_changes_nothing_whatever_the
     assert adopt_configuration(0, checkpoint, CoreConfig(), overrides) == []
     changed = adopt_configuration(0, checkpoint, CoreConfig(), overrides[:1])
     assert changed == ["XID catalog overrides: codes 13, 79 -> 79"]
+
+
+class Delivered:
+    """A Faust event of one input message: ``message`` and ``value``."""
+
+    def __init__(self, tp: Any, offset: int, generation: int, value: bytes) -> None:
+        self.value = value
+        self.message = type(
+            "Message",
+            (),
+            {
+                "tp": tp, "topic": tp.topic, "partition": tp.partition, "offset": offset,
+                "generation_id": generation, "headers": (), "timestamp": None,
+            },
+        )()  # fmt: skip
+
+
+COPIES = TP("t.jobs-by-node", 2)
+
+
+def job_line(number: int) -> bytes:
+    """A job copy's line, a minute after the previous job's."""
+    return (
+        f'{{"ts": {1704067200000 + number * 60_000}, "cluster": "c", "job_id": "{number}", '
+        f'"state": "RUNNING", "nodes": ["n2"]}}'
+    ).encode()
+
+
+def copies_runtime() -> tuple[WorkerRuntime, FakeApp]:
+    """A runtime applying one partition of job copies, in generation 3, whose commit points do
+    nothing; the partition has no checkpoint."""
+    from stream.sinks.clickhouse import ClickHouseSink
+
+    runtime, app, consumer = counting_runtime()
+    runtime.topics = WorkerTopics(kinds={COPIES.topic: "job"}, rekeyed=(), incidents=None, dead_letters=None)
+    runtime._sources = ["job"]
+    runtime._topic_of = {"job": COPIES.topic}
+
+    def never_connected() -> Any:
+        raise AssertionError("nothing is flushed here")
+
+    runtime.sink = ClickHouseSink(None, "faultstream", connect=never_connected)
+    runtime.checkpoints = FakeCheckpoints({})  # type: ignore[assignment]
+    runtime.checkpoints_started = True
+    consumer.assigned = {COPIES}
+    consumer.highwater_of = {COPIES: 100}
+
+    async def commit(state: Any) -> None:
+        state.uncommitted, state.changed = 0, False
+
+    runtime.commit = commit  # type: ignore[method-assign]
+    return runtime, app
+
+
+def assigned_again_and_read_from_the_start(runtime: WorkerRuntime, app: FakeApp) -> None:
+    """Generation 4 gives the partition back; it is read again from its committed offset, 0, and
+    each of its messages must be applied, in order."""
+    app.consumer_generation_id = 4  # type: ignore[attr-defined]
+    app.rebalancing = False
+    runtime.note_assigned()
+    for offset in range(3):
+        asyncio.run(runtime.apply(Delivered(COPIES, offset, 4, job_line(offset))))
+    state = runtime.partitions[2]
+    assert state.applied == {COPIES.topic: 2}
+    assert state.core.max_event_ms == 1704067200000 + 2 * 60_000
+
+
+def test_a_message_fetched_before_a_revocation_is_not_applied_before_the_next_assignment() -> None:
+    """Between a revocation (``forget``) and the group's next assignment, the agent may still be
+    handed messages fetched in the old generation, and the consumer still reports the old
+    assignment. Applied, such a message made the partition's state again (from its checkpoint) and
+    set its topic's position: a topic the checkpoint had no offset of took the message for the
+    first one, so in the new generation every message before it, read again from the committed
+    offset, was a repeat and skipped. The 4 x 2 liveness run lost a job's copies that way (its
+    MTTF rows): they sat between the checkpoint and the message applied in the rebalance."""
+    runtime, app = copies_runtime()
+    app.rebalancing = True
+    runtime.forget({COPIES})  # the revocation: the consumer reports the old assignment until the next one
+    asyncio.run(runtime.apply(Delivered(COPIES, 95, 3, job_line(95))))  # fetched in generation 3
+    assigned_again_and_read_from_the_start(runtime, app)
+
+
+def test_a_message_whose_partition_is_revoked_while_its_checkpoint_is_read_positions_nothing() -> None:
+    """The revocation may also come while a message of the old generation waits for its
+    partition's checkpoint: the state read is not taken up, and the message must not position its
+    topic either (the revocation forgot the positions already; one set now would skip, in the next
+    generation, everything before the message)."""
+    runtime, app = copies_runtime()
+    checkpoints = runtime.checkpoints
+    revoked_during_the_read = [True]
+
+    async def load(partition: int) -> Any:
+        if revoked_during_the_read[0]:
+            revoked_during_the_read[0] = False
+            app.rebalancing = True
+            runtime.forget({COPIES})
+        return await FakeCheckpoints.load(checkpoints, partition)  # type: ignore[arg-type]
+
+    checkpoints.load = load  # type: ignore[method-assign]
+    asyncio.run(runtime.apply(Delivered(COPIES, 95, 3, job_line(95))))
+    assert runtime.partitions == {}
+    assigned_again_and_read_from_the_start(runtime, app)
+
+
+def test_a_source_message_revoked_while_its_copies_are_sent_is_not_recorded_as_re_keyed() -> None:
+    """``rekey`` awaits the sends of a message's copies; a revocation meanwhile forgets the source
+    partition's progress (``RekeyedInput.forget``). The message must not be recorded after that:
+    its pending delivery would be settled and its offset committed in the next generation, the
+    partition marked as started there (its first message then not committed at once), whoever owns
+    it by then."""
+    from stream.worker.rekeyed import RekeyedInput, job_copies
+
+    runtime, _app, consumer = counting_runtime()
+    jobs = TP("t.jobs", 0)
+    consumer.assigned = {jobs}
+    consumer.topic_partitions = lambda topic: 4  # type: ignore[attr-defined]
+    commits: list[dict[int, int]] = []
+
+    async def commit_rekeyed(topic: str, delivered: dict[int, int], committed: dict[int, int]) -> None:
+        commits.append(dict(delivered))
+
+    runtime.commit_point.commit_rekeyed = commit_rekeyed  # type: ignore[method-assign]
+
+    class Target:
+        async def send(self, **_: Any) -> asyncio.Future[None]:
+            runtime.forget({jobs})  # the revocation, while the copy is handed to the producer
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            done.set_result(None)
+            return done
+
+    rekeyed = RekeyedInput("t.jobs", "job", Target(), "t.jobs-by-node", job_copies)
+    runtime.rekeyed = {rekeyed.topic: rekeyed}
+    asyncio.run(runtime.rekey(Delivered(jobs, 7, 3, job_line(7)), rekeyed))
+    assert (list(rekeyed.pending), rekeyed.delivered, rekeyed.started, commits) == ([], {}, set(), [])
