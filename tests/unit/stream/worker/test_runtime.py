@@ -661,7 +661,7 @@ def test_a_source_message_revoked_while_its_copies_are_sent_is_not_recorded_as_r
             done.set_result(None)
             return done
 
-    rekeyed = RekeyedInput("t.jobs", "job", Target(), "t.jobs-by-node", job_copies)
+    rekeyed = RekeyedInput("t.jobs", "job", Target(), "t.jobs-by-node", job_copies("default", 8))
     runtime.rekeyed = {rekeyed.topic: rekeyed}
     asyncio.run(runtime.rekey(Delivered(jobs, 7, 3, job_line(7)), rekeyed))
     assert (list(rekeyed.pending), rekeyed.delivered, rekeyed.started, commits) == ([], {}, set(), [])
