@@ -185,11 +185,24 @@ def _figures(nodes: int, days: float, failures: int) -> dict[str, Any]:
 _TEXT_WINDOWS: Final = 12
 
 
-def fleet_lines(fleet: dict[str, Any] | None) -> list[str]:
+def fleet_lines(fleet: dict[str, Any] | None, *, compact: bool = False) -> list[str]:
     """The text report's fleet table: per window, nodes, node-days, hardware failures, their rate
-    and the MTBF (nothing without windows)."""
+    and the MTBF (nothing without windows). ``compact`` (the report has job-based MTTF tables too):
+    one line over the whole span instead."""
     if not fleet or not fleet["windows"]:
         return []
+    if compact:
+        failures = sum(window["hardware_failures"] for window in fleet["windows"])
+        node_days = sum(window["node_days"] for window in fleet["windows"])
+        days = node_days / fleet["nodes"] if fleet["nodes"] else 0.0
+        mtbf = f"MTBF {days * 24 / failures:,.1f} h, " if failures else "no MTBF yet, "
+        rate = 1000 * failures / node_days if node_days else 0.0
+        return [
+            "",
+            f"Fleet (no jobs needed): {failures:,} critical hardware failures over {fleet['nodes']:,} nodes "
+            f"in {days:,.1f} days: {mtbf}{rate:.2f} per 1000 node-days "
+            f"(per {fleet['window']}: --json, --html)",
+        ]
     out = [
         "",
         f"Fleet reliability per {fleet['window']} (critical hardware incidents; {fleet['note']}):",

@@ -606,7 +606,7 @@ def render_text(report: dict[str, Any], mttf_window: str = "auto") -> str:
         out += ["", *_mttf_table(window, others)]
     if report["ettr_guidance"]:
         out += ["", *_ettr_table(report)]
-    out += fleet_lines(report.get("fleet"))
+    out += fleet_lines(report.get("fleet"), compact=bool(report["mttf"]))
     out += _remediations(report)
     if report["dead_letter_reasons"]:
         out.append("")
