@@ -106,3 +106,12 @@ def test_a_bad_inventory_stops_the_replay_before_it_starts(
     )  # fmt: skip
     assert done.returncode == 2 and "inventory.csv:2: gpus must be a whole number" in done.stderr, done.stderr
     assert not (tmp_path / "store").exists()
+
+
+def test_without_job_records_the_text_report_gives_the_window_table(replayed: tuple[Path, Path]) -> None:
+    folder, sim = replayed
+    store = folder / "kernel-only"
+    text = cli({}, "replay", str(sim / "kernel.log"), "--clickhouse", f"chdb://{store}", "--no-progress")
+    assert "r_f and MTTF are not defined" in text
+    assert "Fleet reliability per day (critical hardware incidents; no inventory" in text, text
+    assert "MTBF h" in text
