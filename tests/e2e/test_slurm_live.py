@@ -411,6 +411,22 @@ def test_outages_a_burst_a_person_s_drain_and_resume(
         wait_for("the job's end after the outage",
                  lambda: any(e["job_id"] == job and e["state"] == "COMPLETED" for e in job_events(env)), timeout=120)  # fmt: skip
         assert "sacct answers again" in collector.log()
+        # slurmdbd hung (stopped with SIGSTOP, its port open): sacct gets no answer, is killed after
+        # the time limit and tried again; once slurmdbd goes on, the collector does too.
+        slurm.freeze_daemon("slurmdbd")
+        try:
+            wait_for(
+                "a poll killed for hanging",
+                lambda: "no answer in 5 s (killed)" in collector.log(),
+                timeout=90,
+            )
+        finally:
+            slurm.freeze_daemon("slurmdbd", frozen=False)
+        wait_for(
+            "sacct answering after the hang",
+            lambda: collector.log().count("sacct answers again") >= 2,
+            timeout=120,
+        )
     finally:
         collector.stop()
         remediate.stop()

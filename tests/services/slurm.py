@@ -199,7 +199,27 @@ class Slurm:
         self.stop()
 
     def start(self) -> None:
-        """Start the whole stack; return when every node is idle (a failure stops what started)."""
+        """Start the whole stack; return when every node is idle (a failure stops what started).
+
+        The ports are picked free just before the daemons bind them; another process of a busy
+        machine (the suite runs two pytest processes) may take one in between. A start that fails
+        so ("Address already in use") is tried again from an empty folder, with new ports, twice.
+        """
+        for attempt in range(1, 4):
+            try:
+                self._start_once()
+                return
+            except BaseException as error:
+                logs = "".join(
+                    path.read_text(errors="replace") for path in (self.folder / "log").glob("*.out")
+                )
+                collided = "Address already in use" in f"{error}{logs}"
+                if not collided or attempt == 3:
+                    raise
+                shutil.rmtree(self.folder)
+                self.folder.mkdir(parents=True)
+
+    def _start_once(self) -> None:
         self._bin = binaries()
         started = time.monotonic()
         try:
@@ -458,6 +478,12 @@ JobAcctGatherType=jobacct_gather/none
         for daemon in [d for d in self.daemons if d.name == name and d.alive()]:
             daemon.stop()
             self.daemons.remove(daemon)
+
+    def freeze_daemon(self, name: str, frozen: bool = True) -> None:
+        """SIGSTOP (``frozen``) or SIGCONT a running daemon: it keeps its sockets open and answers
+        nothing, as a hung slurmdbd or slurmctld does."""
+        for daemon in [d for d in self.daemons if d.name == name and d.alive()]:
+            daemon.process.send_signal(signal.SIGSTOP if frozen else signal.SIGCONT)
 
     def start_daemon(self, name: str) -> None:
         """Start ``slurmdbd`` or ``slurmctld`` again after :meth:`stop_daemon`; returns once it answers."""
