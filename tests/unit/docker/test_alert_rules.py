@@ -77,8 +77,25 @@ def test_every_rule_has_a_severity_a_summary_and_a_runbook() -> None:
         assert len(rule["annotations"]["runbook"].split()) >= 8, f"{rule['alert']}: runbook too thin"
 
 
+def slurm_series() -> dict[str, set[str]]:
+    """The series the Slurm collector's and the remediator's /metrics show, with their labels."""
+    from prometheus_client import Counter
+
+    from stream.slurm.collector import CollectorMetrics
+    from stream.slurm.remediate import RemediationMetrics
+
+    series: dict[str, set[str]] = {}
+    for metrics in (CollectorMetrics(), RemediationMetrics()):
+        for metric in vars(metrics).values():
+            if hasattr(metric, "_labelnames"):
+                name = metric._name + ("_total" if isinstance(metric, Counter) else "")
+                series[name] = set(metric._labelnames)
+    return series
+
+
 def test_every_expression_reads_metrics_the_worker_exposes() -> None:
-    metrics = {**exposed_series(), "up": {"job", "instance"}}  # `up` is Prometheus' own, per target
+    # `up` is Prometheus' own, per target; the Slurm services' metrics are theirs.
+    metrics = {**exposed_series(), **slurm_series(), "up": {"job", "instance"}}
     for rule in rules():
         assert check_promql(rule["expr"], metrics) == [], rule["alert"]
 
