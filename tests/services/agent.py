@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ from pathlib import Path
 
 from stream.worker.caught_up import metric_sum
 from tests.services.kafka import consume
-from tests.services.worker import ROOT, free_port
+from tests.services.worker import ROOT, free_port, stop_process
 
 
 class AgentProcess:
@@ -77,13 +76,7 @@ class AgentProcess:
             time.sleep(0.3)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, 30)
         self._log.close()
 
     def kill(self) -> None:

@@ -32,7 +32,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -173,13 +172,10 @@ class ChaosWorker:
         self.process.wait()
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        from tests.services.worker import stop_process
+
+        if self.process is not None:
+            stop_process(self.process, 60)
 
     def metrics_page(self) -> str | None:
         """The worker's /metrics page, or None while the endpoint does not answer."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import glob
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -25,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.services.worker import free_port
+from tests.services.worker import free_port, stop_process
 
 #: Kernel messages forwarded as priority 4 (kern.warning), as the NVIDIA driver logs them.
 _PRIORITY = b"<4>"
@@ -108,10 +107,4 @@ ruleset(name="ship") {{
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, 10)

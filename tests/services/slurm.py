@@ -49,7 +49,7 @@ from typing import TypeVar
 
 import pytest
 
-from tests.services.worker import free_port
+from tests.services.worker import free_port, stop_process
 
 #: The Debian packages the service needs (slurmdbd brings slurm-wlm-mysql-plugin).
 PACKAGES = "munge slurmctld slurmd slurm-client slurmdbd mariadb-server"
@@ -126,13 +126,7 @@ class Daemon:
 
     def stop(self, grace: float = 5) -> None:
         """SIGTERM, then SIGKILL if it has not exited within ``grace`` seconds."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, grace)
 
 
 class Slurm:

@@ -18,7 +18,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
@@ -39,6 +39,17 @@ def cli(env: dict[str, str], *args: str) -> str:
     )  # fmt: skip
     assert result.returncode == 0, f"faultstream {' '.join(args)}:\n{result.stderr[-3000:]}"
     return result.stdout
+
+
+def stop_process(process: subprocess.Popen[Any], grace: float) -> None:
+    """SIGTERM, then SIGKILL if it has not ended within ``grace`` seconds (nothing if it has ended)."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def free_port() -> int:
@@ -117,13 +128,7 @@ class Worker:
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL if it does not end within a minute."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, 60)
         self._log.close()
 
     def kill(self) -> None:
