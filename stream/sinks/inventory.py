@@ -32,13 +32,12 @@ def write_inventory(
 ) -> int:
     """Write the inventory's nodes (a node written again replaces its row); returns how many."""
     loaded = datetime.now(UTC)
-    rows = {
-        "cluster": cluster, "gpus": None, "model": "", "source": source, "loaded": loaded,
-    }  # fmt: skip
     columns = INSERT_COLUMNS["fleet_inventory"]
     data = [
-        [{**rows, "node": n.node, "gpus": n.gpus, "model": n.model}[name] for name in columns] for n in nodes
-    ]
+        [{"cluster": cluster, "node": n.node, "gpus": n.gpus, "model": n.model, "source": source,
+          "loaded": loaded}[name] for name in columns]
+        for n in nodes
+    ]  # fmt: skip
     if data:
         client.insert(f"{database}.fleet_inventory", data, column_names=list(columns))
     return len(data)

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import orjson
 
-from schemas.records import JobEvent
+from schemas.records import InvalidRecord, JobEvent
+from stream.kafka.codec import decode_record
 
 __all__ = ["Cursor", "CursorError", "EventKey", "JobEventLedger", "event_key", "ledger_keys_of_line"]
 
@@ -52,14 +53,8 @@ def ledger_keys_of_line(line: bytes) -> EventKey | None:
     True
     """
     try:
-        data = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(data, dict):
-        return None
-    try:
-        event = JobEvent.from_dict(data)
-    except ValueError:  # InvalidRecord, or a field of a type from_dict refuses
+        event = decode_record("job", line, "", "")
+    except InvalidRecord:
         return None
     return event_key(event)
 
