@@ -6,8 +6,8 @@ their prose; the figures go between markers, so a new measurement is a change of
 one run of this script:
 
     <!-- results:summary -->            every target of every result: figure, target, measured, met
-    <!-- results:NAME -->               benchmark NAME: its heading, each result's command, machine,
-                                        tables, notes
+    <!-- results:NAME[,NAME...] -->     benchmark NAME: its heading, each result's command, machine,
+                                        tables, notes (several benchmarks one after the other)
     <!-- /results -->                   the end of either
 
     python scripts/render_performance.py            # rewrite the marked parts of both documents
@@ -43,7 +43,7 @@ ORDER = (
     "agent_footprint",
     "compiled_core",
 )
-MARKED = re.compile(r"(<!-- results:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /results -->)", re.S)
+MARKED = re.compile(r"(<!-- results:(?P<names>[\w,-]+) -->\n)(?P<body>.*?)(<!-- /results -->)", re.S)
 
 
 def load(folder: Path = RESULTS) -> dict[str, dict[str, Any]]:
@@ -108,17 +108,35 @@ def anchor(heading: str) -> str:
 def section(bench: dict[str, Any]) -> list[str]:
     """A benchmark's heading, what it measures (its script), then each result's command, tables
     and notes."""
-    lines = [f"## {bench['heading']}", "", f"{bench['what']} (`{bench['script']}`)", ""]
+    lines = [f"## {bench['heading']}", "", f"{bench['what']} (`{bench['script']}`)"]
     for result in bench["results"]:
         records = f"; records a run: {result['records']}" if "records" in result else ""
-        lines += [f"**{result['title']}**: `{result['command']}` ({result['date']}, {result['machine']}{records})", ""]
-        for spec in result["tables"]:
-            lines += [*table(spec), ""]
-        for target in result.get("targets", []):
-            if not target["met"] and "why" in target:
-                lines += [f"Not met, {target['figure']} ({target['measured']}): {target['why']}.", ""]
-        lines += notes(result)
+        label = f"{result['label']}, " if "label" in result else ""
+        lines += [f"**{label}{result['title']}**: `{result['command']}` ({result['date']}, {result['machine']}{records})", ""]
+        if not bench.get("side_by_side"):
+            for spec in result["tables"]:
+                lines += [*table(spec), ""]
+            lines += notes(result)
+    if bench.get("side_by_side"):
+        lines += [*table(side_by_side(bench["results"])), ""]
     return lines + notes(bench)
+
+
+def side_by_side(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The first table of each result in one, its columns named by the result's ``label``; the
+    results' rows must have the same first cells."""
+    first = [row[0] for row in results[0]["tables"][0]["rows"]]
+    columns = [results[0]["tables"][0]["columns"][0]]
+    for result in results:
+        spec = result["tables"][0]
+        if [row[0] for row in spec["rows"]] != first:
+            raise SystemExit(f"{result['title']}: its rows are not the first result's, side by side")
+        columns += [{**column, "name": f"{result['label']}: {column['name']}"} for column in spec["columns"][1:]]
+    rows = [
+        [label, *(value for result in results for value in result["tables"][0]["rows"][index][1:])]
+        for index, label in enumerate(first)
+    ]
+    return {"columns": columns, "rows": rows}
 
 
 def notes(holder: dict[str, Any]) -> list[str]:
@@ -130,13 +148,16 @@ def render(text: str, benchmarks: dict[str, dict[str, Any]], link: str) -> str:
     from the document to docs/performance.md ("" for itself)."""
 
     def body(match: re.Match[str]) -> str:
-        name = match["name"]
-        if name == "summary":
-            lines = summary(benchmarks, link)
-        elif name in benchmarks:
-            lines = section(benchmarks[name])
-        else:
-            raise SystemExit(f"no benchmarks/results/{name}.json for the marker {match[1].strip()}")
+        lines: list[str] = []
+        for name in match["names"].split(","):
+            if name == "summary":
+                lines += summary(benchmarks, link)
+            elif name in benchmarks:
+                lines += [*section(benchmarks[name]), ""]
+                while lines[-2:] == ["", ""]:
+                    lines.pop()
+            else:
+                raise SystemExit(f"no benchmarks/results/{name}.json for the marker {match[1].strip()}")
         return match[1] + "\n".join(lines).rstrip("\n") + "\n" + match[4]
 
     return MARKED.sub(body, text)
