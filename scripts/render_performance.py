@@ -86,7 +86,7 @@ def table(spec: dict[str, Any]) -> list[str]:
 def summary(benchmarks: dict[str, dict[str, Any]], link: str) -> list[str]:
     """One row a target: what is measured, the target, the current figure, and whether it is met."""
     lines = ["| figure | target | measured | met | benchmark |", "|---|---|---|---|---|"]
-    for name, bench in benchmarks.items():
+    for bench in benchmarks.values():
         for result in bench["results"]:
             for target in result.get("targets", []):
                 met = "yes" if target["met"] else "**no**"
@@ -112,7 +112,8 @@ def section(bench: dict[str, Any]) -> list[str]:
     for result in bench["results"]:
         records = f"; records a run: {result['records']}" if "records" in result else ""
         label = f"{result['label']}, " if "label" in result else ""
-        lines += [f"**{label}{result['title']}**: `{result['command']}` ({result['date']}, {result['machine']}{records})", ""]
+        where = f"({result['date']}, {result['machine']}{records})"
+        lines += [f"**{label}{result['title']}**: `{result['command']}` {where}", ""]
         if not bench.get("side_by_side"):
             for spec in result["tables"]:
                 lines += [*table(spec), ""]
@@ -131,7 +132,8 @@ def side_by_side(results: list[dict[str, Any]]) -> dict[str, Any]:
         spec = result["tables"][0]
         if [row[0] for row in spec["rows"]] != first:
             raise SystemExit(f"{result['title']}: its rows are not the first result's, side by side")
-        columns += [{**column, "name": f"{result['label']}: {column['name']}"} for column in spec["columns"][1:]]
+        named = [{**column, "name": f"{result['label']}: {column['name']}"} for column in spec["columns"][1:]]
+        columns += named
     rows = [
         [label, *(value for result in results for value in result["tables"][0]["rows"][index][1:])]
         for index, label in enumerate(first)

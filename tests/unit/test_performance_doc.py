@@ -18,7 +18,9 @@ RESULTS = sorted((ROOT / "benchmarks" / "results").glob("*.json"))
 
 
 def renderer() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("render_performance", ROOT / "scripts" / "render_performance.py")
+    spec = importlib.util.spec_from_file_location(
+        "render_performance", ROOT / "scripts" / "render_performance.py"
+    )
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
