@@ -21,23 +21,13 @@ import cramjam
 import orjson
 import pytest
 
-from stream.inputs.parsers.remote_write import WriteRequest
 from tests.services import kafka
+from tests.services.fuzz_receive import body
 from tests.services.worker import ROOT, cli, free_port
 
 pytestmark = pytest.mark.e2e
 
 DATA = ROOT / "tests" / "data" / "remote_write"
-
-
-def body(series: list[tuple[dict[str, str], float, int]]) -> bytes:
-    request = WriteRequest()
-    for labels, value, ts in series:
-        added = request.timeseries.add()
-        for name, label in sorted(labels.items()):
-            added.labels.add(name=name, value=label)
-        added.samples.add(value=value, timestamp=ts)
-    return bytes(cramjam.snappy.compress_raw(request.SerializeToString()))
 
 
 def gpu(name: str, node: str = "n1", index: int = 0, **more: str) -> dict[str, str]:

@@ -13,22 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from scripts.dump_tables import TABLES
 from tests.services.chdb_sql import SqlSession
 from tests.services.worker import cli
 from tests.services.xid_gauge import gauge_reports, write_xid_gauge
 
 pytestmark = pytest.mark.integration
 
-TABLES = (
-    "xid_events",
-    "job_events",
-    "ecc_samples",
-    "incidents",
-    "job_attributions",
-    "mttf_partials",
-    "mttf_windows",
-    "dead_letters",
-)
 HOUR_MS = 3_600_000
 
 
