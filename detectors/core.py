@@ -42,6 +42,7 @@ from detectors.sxid_catalog import classify_sxid
 from detectors.thresholds import Threshold
 from detectors.xid_burst import XidSpreadScorer, XidStormScorer, spread_filter, storm_filter
 from detectors.xid_catalog import CONTEXT_WINDOW_MS, XidCategory, XidInfo, XidOverride, classify_xid
+from detectors.xid_reports import XidReports
 from schemas.outputs import Incident, IncidentKind, IncidentStatus, JobAttribution, MttfPartial, Severity
 from schemas.records import EccSample, JobEvent, JobState, XidEvent
 from schemas.timeutil import DAY_MS, HOUR_MS, MINUTE_MS
@@ -345,6 +346,8 @@ class DetectionCore:
         self._recent_xids: dict[tuple[str, str, str], _RecentXids] = {}
         # The UTC day of the last unknown-XID incident per (cluster, node): at most one a day.
         self._unknown_day: dict[tuple[str, str], int] = {}
+        # The kernel line and the DCGM gauge change of one XID: the second one taken is a repeat.
+        self._reports = XidReports()
 
     @property
     def xid_overrides(self) -> tuple[XidOverride, ...]:
@@ -370,6 +373,7 @@ class DetectionCore:
         state.setdefault("_job_storms", {})
         state.setdefault("_storm_owners", {})
         state.setdefault("_ecc_references", {})
+        state.setdefault("_reports", XidReports())
         state["config"] = _complete_config(state["config"])
         state["_ecc_period_ms"] = state["config"].ecc_period_ms
         self.__dict__.update(state)
@@ -385,6 +389,10 @@ class DetectionCore:
 
     def process(self, record: XidEvent | EccSample | JobEvent) -> bool:
         """Process one record; return False (and do nothing) when it is later than allowed.
+
+        An XID that repeats one already taken (the same XID from the kernel log and from DCGM's
+        gauge of the last XID: :mod:`detectors.xid_reports`) is accepted and passed over; ask
+        :meth:`repeats` before processing it to know.
 
         Raises
         ------
@@ -408,6 +416,11 @@ class DetectionCore:
         else:
             self._process_job(record)
         return True
+
+    def repeats(self, record: XidEvent | EccSample | JobEvent) -> bool:
+        """Whether ``record`` is an XID another report of which was already taken: :meth:`process`
+        passes it over, and it is not a raw event of its own (the runtimes do not store it)."""
+        return isinstance(record, XidEvent) and self._reports.repeats(record)
 
     def process_ecc(self, sample: EccSample) -> bool:
         """:meth:`process` for an ECC sample, for a caller that knows it has one: nine records in
@@ -676,6 +689,8 @@ class DetectionCore:
     # -- XID -----------------------------------------------------------------------------------
 
     def _process_xid(self, event: XidEvent) -> None:
+        if self._reports.take(event):
+            return  # the other report of an XID already taken
         self._see(event.cluster, event.node, event.ts_ms)
         if event.device == "nvswitch":
             self._process_sxid(event)

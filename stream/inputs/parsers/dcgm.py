@@ -29,7 +29,9 @@ Field 230 holds the *last* XID code the GPU reported, and keeps it scrape after 
 :class:`XidEvent` is therefore emitted when the value is > 0 and differs from the previous value
 seen for that GPU in the same input (the first value > 0 counts as a change; a 0 resets it).
 A repeat of the same code without a 0 in between is not seen: the kernel log is the complete
-source of XIDs, DCGM the fallback.
+source of XIDs, DCGM the fallback. The event's ``since_ms`` is the time of the GPU's previous
+sample of field 230 (0 for its first): the XID happened after it. The detection core takes the
+kernel line and this change of one XID as one XID (:mod:`detectors.xid_reports`).
 
 DCGM's "blank" values are not counts: a field the GPU does not support, that was not found or
 that the exporter may not read holds a sentinel (``dcgm_structs.h``: ``DCGM_INT64_BLANK`` =
@@ -246,7 +248,7 @@ def parse_dcgm(
     groups: dict[tuple[int, str, int], _Group] = {}
     seen_metrics: set[bytes] = set()
     current_metric = b""
-    last_xid: dict[tuple[str, int], int] = {}
+    last_xid: dict[tuple[str, int], tuple[int, int]] = {}  # (node, GPU) -> (value, time) of field 230
     untimed: list[Any] | None = None  # [first line, last line, count, first raw] of untimed samples
 
     def flush() -> Iterator[EccSample | XidEvent]:
@@ -255,8 +257,8 @@ def parse_dcgm(
             group = groups[key]
             if group.xid is not None:
                 value, xid_line = group.xid
-                previous = last_xid.get((node, gpu), 0)
-                last_xid[(node, gpu)] = value
+                previous, previous_ms = last_xid.get((node, gpu), (0, 0))
+                last_xid[(node, gpu)] = (value, ts_ms)
                 if value > 0 and value != previous:
                     yield XidEvent(
                         ts_ms=ts_ms,
@@ -267,6 +269,7 @@ def parse_dcgm(
                         gpu=gpu,
                         message=XID_MESSAGE,
                         source=f"{source}:{xid_line}",
+                        since_ms=previous_ms,
                     )
             if group.counters:
                 yield EccSample(
