@@ -314,12 +314,15 @@ class LemonTracker:
                 derived.holding.discard(name)
             derived.young.add(index)  # its first fact may have moved: its exposure is recomputed below
         derived.touched.clear()
+        # Every node's exposure starts with the fleet's history, not with its own first fact: a
+        # history of failures names a node first by its first failure, and judging that failure
+        # against the few hours since would make every failing node a lemon. (A node added late is
+        # given more exposure than it had: the verdict errs towards "not a lemon".)
         exposure = derived.exposure
+        first_ms = self._first_ms
+        days = max(now_ms - max(start, first_ms if first_ms is not None else now_ms), 0) / DAY_MS
         for index in list(derived.young):
-            first_ms = nodes[derived.names[index]].first_ms
-            exposure[index] = (
-                max(now_ms - max(start, first_ms if first_ms is not None else now_ms), 0) / DAY_MS
-            )
+            exposure[index] = days
             if first_ms is not None and first_ms <= start:
                 derived.young.discard(index)  # a full window from now on: its exposure no longer changes
         return derived
@@ -393,8 +396,11 @@ class LemonTracker:
                 others = total_exposure - others
                 rates.append((total - count) / others if others > 0 else 0.0)
             load = (counts[runs_index] + 1) / (rates[runs_index] * days + 1)
+            # No signal is expected below the healthy fault rate: every fault comes with an XID and
+            # fails the jobs on the node. (In a sparse history the fleet's few XID days all sit in
+            # the trimmed top: the reference would be 0, and one XID day would be a lemon.)
             expected = [
-                rates[k] * days * load if _LOAD_SCALED[k] else max(rates[k], prior) * days
+                max(rates[k] * days * load, prior * days) if _LOAD_SCALED[k] else max(rates[k], prior) * days
                 for k in range(runs_index)
             ]
             surprises = [poisson_surprise(counts[k], expected[k]) for k in range(runs_index)]
