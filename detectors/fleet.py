@@ -84,6 +84,9 @@ __all__ = [
 #: Kinds of :class:`FleetFact`.
 SEEN, SIGNAL, FAILED_JOB, PEAK, RUN, APP_XID = "seen", "signal", "failed_job", "peak", "run", "app_xid"
 ECC_SBE = "ecc_sbe"
+#: ``name`` of a ``seen`` fact made from routine telemetry (an ECC sample, a job run): the node was
+#: in the fleet then. A ``seen`` fact without it (from an XID) names the node, not since when.
+PRESENT = "present"
 #: ``name`` of an ``ecc_sbe`` fact whose sample the GPU's trend model flagged as anomalous.
 ECC_FLAGGED = "flagged"
 
@@ -109,7 +112,8 @@ class FleetFact:
     ts_ms
         Event time of the fact.
     kind
-        ``seen`` (``node`` of ``cluster`` is part of the fleet), ``signal`` (one lemon signal
+        ``seen`` (``node`` of ``cluster`` is part of the fleet; ``name`` :data:`PRESENT` when
+        telemetry showed it then), ``signal`` (one lemon signal
         ``name`` on ``node``; ``key``: the job of a ``job_runs`` signal from a worker before
         job-aware verdicts), ``failed_job`` (job ``key`` of user ``name`` failed on ``node``, for
         the reason ``value``: one of
@@ -553,7 +557,7 @@ class FleetCore:
     def _apply(self, fact: FleetFact) -> None:
         if fact.kind == SEEN:
             self._cluster_of.setdefault(fact.node, fact.cluster)
-            self._lemons.see_node(fact.node, fact.ts_ms)
+            self._lemons.see_node(fact.node, fact.ts_ms, present=fact.name == PRESENT)
         elif fact.kind == SIGNAL:
             if fact.name == "xid_days":
                 self._lemons.record_xid(fact.node, fact.ts_ms)
