@@ -554,6 +554,13 @@ class FleetCore:
             self._queued.discard(fact)
             self._apply(fact)
 
+    def know_nodes(self, nodes: Iterable[str], cluster: str) -> None:
+        """The fleet's inventory: nodes of ``cluster`` in the fleet since its history began, whether
+        any record names them or not (the lemon statistics compare each node with all of them)."""
+        for node in nodes:
+            self._cluster_of.setdefault(node, cluster)
+            self._lemons.know_node(node)
+
     def _apply(self, fact: FleetFact) -> None:
         if fact.kind == SEEN:
             self._cluster_of.setdefault(fact.node, fact.cluster)

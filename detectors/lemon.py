@@ -155,9 +155,11 @@ class _Derived:
     counts: list[tuple[int, ...]] = field(default_factory=list)
     exposure: list[float] = field(default_factory=list)
     total_exposure: float = 0.0
-    fleet_first_ms: int | None = None
-    #: Indexes of the nodes whose exposure may still grow (it starts within the window).
+    #: Indexes of the nodes telemetry showed whose exposure may still grow (it starts within the
+    #: window); of the nodes it did not show, whose exposure is the fleet's time in the window.
     young: set[int] = field(default_factory=set)
+    absent: set[int] = field(default_factory=set)
+    fleet_days: float = -1.0
     #: The fleet's total of each count.
     totals: list[int] = field(default_factory=lambda: [0] * (len(SIGNALS) + 1))
     #: Nodes holding any signal in the window; nodes with a new fact since the last derivation;
@@ -231,6 +233,14 @@ class LemonTracker:
         state = self._node(node, ts_ms)
         if present and not state.present:
             state.present = True
+
+    def know_node(self, node: str) -> None:
+        """A node of the fleet's inventory: in the fleet since its history began, failing or not
+        (without an inventory, a fleet known only by its failures is all failing nodes)."""
+        if node not in self._nodes:
+            self._nodes[node] = _Node()
+            if self._derived is not None:
+                self._derived.touched.add(node)
 
     def _node(self, node: str, ts_ms: int) -> _Node:
         if self._first_ms is None or ts_ms < self._first_ms:
@@ -352,24 +362,35 @@ class LemonTracker:
                 derived.runs[name] = counts[len(SIGNALS)]
             else:
                 derived.runs.pop(name, None)
-        young = derived.young
-        young.update(derived.index[name] for name in derived.touched)  # first fact may have moved
-        derived.changed |= derived.touched
-        derived.touched.clear()
         # A node's exposure starts with its first fact when telemetry showed it, else with the
         # fleet's history: a history of failures names a node first by its first failure, and
         # judging that failure against the few hours since would make every failing node a lemon.
         first_ms = self._first_ms
-        if first_ms != derived.fleet_first_ms:  # the fleet's history starts earlier: seldom
-            derived.fleet_first_ms = first_ms
-            young.update(i for i, name in enumerate(derived.names) if not nodes[name].present)
         start = now_ms - self.config.window_ms
         exposure = derived.exposure
+        young, absent = derived.young, derived.absent
+        fleet_days = 0.0 if first_ms is None else max(now_ms - max(start, first_ms), 0) / DAY_MS
         moved = False
+        for name in derived.touched:
+            index = derived.index[name]
+            if nodes[name].present:
+                absent.discard(index)
+                young.add(index)  # its first fact may have moved: its exposure is recomputed below
+            elif index not in absent:
+                absent.add(index)
+                exposure[index] = fleet_days
+                moved = True
+        derived.changed |= derived.touched
+        derived.touched.clear()
+        if fleet_days != derived.fleet_days:  # the nodes without telemetry, all at once
+            derived.fleet_days = fleet_days
+            for index in absent:
+                exposure[index] = fleet_days
+            derived.changed.update(name for name in derived.holding if not nodes[name].present)
+            moved = True
         for index in list(young):
             name = derived.names[index]
-            state = nodes[name]
-            since = state.first_ms if state.present else first_ms
+            since = nodes[name].first_ms
             if since is None:
                 since = now_ms
             days = max(now_ms - max(start, since), 0) / DAY_MS
