@@ -636,9 +636,12 @@ class FleetCore:
         if len(peers) >= max(enough, 1) and covered >= _MIN_ECC_HISTORY_MS:
             reference = healthy_ceiling(peers) * DAY_MS / covered
         self._ecc_references[instant + period] = self._out.ecc_references[instant + period] = reference
-        # Older references are needed only by a core restarted from its last checkpoint.
-        for old in [start for start in self._ecc_references if start < instant - 2 * DAY_MS]:
-            del self._ecc_references[old]
+        # Older references are needed only by a core restarted from its last checkpoint. They are
+        # made in time order, so the oldest are first: an hourly boundary over years of history
+        # must not go over all of them.
+        references, keep_from = self._ecc_references, instant - 2 * DAY_MS
+        while references and (oldest := next(iter(references))) < keep_from:
+            del references[oldest]
 
     def _usual_burst(self) -> float:
         """The fleet's usual burst from the peaks applied so far: their quantile, but no larger
