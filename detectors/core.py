@@ -26,6 +26,7 @@ from detectors.fleet import (
     ECC_FLAGGED,
     ECC_SBE,
     PEAK,
+    PRESENT,
     RUN,
     SEEN,
     SIGNAL,
@@ -303,7 +304,9 @@ class DetectionCore:
         self._baselines: dict[int, float] = {}
         self._ecc_references: dict[int, float] = {}
         self._ecc_period_ms = config.ecc_period_ms  # asked for each ECC sample a worker holds
+        # Nodes routine telemetry showed (an ECC sample, a job run), and nodes only an XID named.
         self._seen: set[str] = set()
+        self._named: set[str] = set()
         self._xid_day: dict[str, int] = {}
         self.max_event_ms: int | None = None
         self._emitted = Emitted()
@@ -374,6 +377,7 @@ class DetectionCore:
         state.setdefault("_storm_owners", {})
         state.setdefault("_ecc_references", {})
         state.setdefault("_reports", XidReports())
+        state.setdefault("_named", set())
         state["config"] = _complete_config(state["config"])
         state["_ecc_period_ms"] = state["config"].ecc_period_ms
         self.__dict__.update(state)
@@ -658,8 +662,15 @@ class DetectionCore:
             self._fact(FleetFact(ts_ms, SIGNAL, node, name, key))
 
     def _see(self, cluster: str, node: str, ts_ms: int) -> None:
+        """Routine telemetry showed ``node`` at ``ts_ms``: part of the fleet since then at least."""
         if node not in self._seen and self._mine(node):
             self._seen.add(node)
+            self._fact(FleetFact(ts_ms, SEEN, node, PRESENT, cluster=cluster))
+
+    def _name(self, cluster: str, node: str, ts_ms: int) -> None:
+        """An XID names ``node``: part of the fleet, since when the record does not say."""
+        if node not in self._seen and node not in self._named and self._mine(node):
+            self._named.add(node)
             self._fact(FleetFact(ts_ms, SEEN, node, cluster=cluster))
 
     def _fleet_ecc_rate(self, ts_ms: int) -> float:
@@ -691,7 +702,7 @@ class DetectionCore:
     def _process_xid(self, event: XidEvent) -> None:
         if self._reports.take(event):
             return  # the other report of an XID already taken
-        self._see(event.cluster, event.node, event.ts_ms)
+        self._name(event.cluster, event.node, event.ts_ms)
         if event.device == "nvswitch":
             self._process_sxid(event)
             return
