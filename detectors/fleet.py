@@ -626,9 +626,10 @@ class FleetCore:
             else:
                 del totals[(node, gpu)]
         flagged = self._gpu_flagged
-        for stale in [gpu for gpu, last in flagged.items() if last < since]:
-            del flagged[stale]
-        peers = [errors for gpu, errors in totals.items() if gpu not in flagged]
+        if flagged:
+            for stale in [gpu for gpu, last in flagged.items() if last < since]:
+                del flagged[stale]
+        peers = [errors for gpu, errors in totals.items() if gpu not in flagged] if totals else []
         enough = self.config.ecc_reference_min_gpus
         origin = self._ecc_origin_ms
         covered = 0 if origin is None else instant - max(since, origin)

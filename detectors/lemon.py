@@ -63,6 +63,8 @@ LOAD_SCALED = frozenset({"xid_days", "failed_jobs"})
 #: A node's signal deques in SIGNALS order, then its job runs (what evaluate counts).
 _ALL_SIGNALS = operator.itemgetter(*SIGNALS, "job_runs")
 _LOAD_SCALED = tuple(signal in LOAD_SCALED for signal in SIGNALS)
+#: New nodes up to this many are inserted into the name order one by one, more are sorted in.
+_FEW_NODES = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,14 +340,19 @@ class LemonTracker:
             derived.touched.update(self._nodes)
         nodes = self._nodes
         if len(derived.names) < len(nodes):  # nodes are only ever added, in the dict's order
-            for name in list(nodes)[len(derived.names) :]:
+            added = list(nodes)[len(derived.names) :]
+            for name in added:
                 index = len(derived.names)
                 derived.index[name] = index
                 derived.names.append(name)
                 derived.counts.append((0,) * (len(SIGNALS) + 1))
                 derived.exposure.append(0.0)
-                bisect.insort(derived.by_name, index, key=derived.names.__getitem__)
+                if len(added) <= _FEW_NODES:
+                    bisect.insort(derived.by_name, index, key=derived.names.__getitem__)
                 derived.touched.add(name)
+            if len(added) > _FEW_NODES:  # an inventory: one sort, not an insertion each
+                derived.by_name.extend(range(len(derived.names) - len(added), len(derived.names)))
+                derived.by_name.sort(key=derived.names.__getitem__)
         self._expire(now_ms, derived)
         totals = derived.totals
         for name in derived.touched:
