@@ -71,6 +71,23 @@ def test_with_an_inventory_every_node_counts_and_mtbf_is_hours_over_failures(
                 1000 * window["hardware_failures"] / window["node_days"], rel=1e-3)  # fmt: skip
         else:
             assert window["mtbf_hours"] is None
+    # The reliability dashboard's fleet panel gives the report's figures for every full week.
+    board = json.loads(
+        (Path(__file__).resolve().parents[2] / "docker/grafana/dashboards/reliability.json").read_text()
+    )
+    [panel] = [p for p in board["panels"] if p["title"] == "Fleet MTBF per week (hours)"]
+    sql = panel["targets"][0]["rawSql"].replace("$__timeFilter(first_evidence)", "1")
+    rows = {str(row["time"])[:10]: row for row in query(store, sql)}
+    full_weeks = [
+        w for w in fleet["windows"] if w["node_days"] == pytest.approx(700) and w["hardware_failures"]
+    ]
+    assert full_weeks, "no full week with a failure: the panel is not compared"
+    for window in full_weeks:
+        row = rows[window["start"][:10]]
+        assert int(row["hardware failures"]) == window["hardware_failures"]
+        assert float(row["MTBF (hours)"]) == pytest.approx(window["mtbf_hours"], rel=1e-3)
+        assert float(row["failures per 1000 node-days"]) == pytest.approx(
+            window["failures_per_1000_node_days"], rel=1e-3)  # fmt: skip
     text = cli({}, "report", "--fleet-window", "week", "--clickhouse", f"chdb://{store}", "--no-progress")
     # With job records the text gives the fleet's view in one line beside the MTTF tables.
     failures = sum(expected.values())
