@@ -206,7 +206,7 @@ def main() -> None:
         report = fleet_report(store)
         windows = report["windows"]
         assert isinstance(windows, list)
-        errors = []
+        errors, counted = [], []
         for window in windows:
             q = quarter(datetime.fromisoformat(window["start"].replace("Z", "+00:00")))
             if episodes[q] < 20 or not window["mtbf_hours"]:
@@ -214,6 +214,9 @@ def main() -> None:
             hours = window["node_days"] / window["nodes"] * 24
             truth = hours / episodes[q]
             errors.append(abs(window["mtbf_hours"] - truth) / truth)
+            counted.append(window["hardware_failures"] / episodes[q])
+        print(f"  the report's hardware failures per episode, per quarter: min {min(counted):.3f}, "
+              f"max {max(counted):.3f}")  # fmt: skip
         print(f"  MTBF per quarter (report) against hours / episodes: {len(errors)} quarters, "
               f"median error {sorted(errors)[len(errors) // 2]:.1%}, max {max(errors):.1%}")  # fmt: skip
         first, last = windows[0], windows[-1]

@@ -152,8 +152,8 @@ class _Derived:
     names: list[str] = field(default_factory=list)
     index: dict[str, int] = field(default_factory=dict)
     by_name: list[int] = field(default_factory=list)
-    #: Per index: the count of each signal (SIGNALS, then job runs) and the exposure in days; the
-    #: exposures' sum, and the fleet's first fact it was summed for.
+    #: Per index: the count of each signal (SIGNALS, then job runs) and the exposure in days of a
+    #: node telemetry showed (0.0 for the others: theirs is ``fleet_days``); every node's sum.
     counts: list[tuple[int, ...]] = field(default_factory=list)
     exposure: list[float] = field(default_factory=list)
     total_exposure: float = 0.0
@@ -381,18 +381,17 @@ class LemonTracker:
         for name in derived.touched:
             index = derived.index[name]
             if nodes[name].present:
-                absent.discard(index)
+                if index in absent:
+                    absent.discard(index)
+                    moved = True
                 young.add(index)  # its first fact may have moved: its exposure is recomputed below
             elif index not in absent:
-                absent.add(index)
-                exposure[index] = fleet_days
+                absent.add(index)  # its exposure is the fleet's: ``exposure`` keeps 0.0 for it
                 moved = True
         derived.changed |= derived.touched
         derived.touched.clear()
         if fleet_days != derived.fleet_days:  # the nodes without telemetry, all at once
             derived.fleet_days = fleet_days
-            for index in absent:
-                exposure[index] = fleet_days
             derived.changed.update(name for name in derived.holding if not nodes[name].present)
             moved = True
         for index in list(young):
@@ -408,8 +407,18 @@ class LemonTracker:
             if since <= start:
                 young.discard(index)  # a full window from now on: its exposure no longer changes
         if moved:
-            derived.total_exposure = sum(exposure)  # in the tracker's order, as the scores add up
+            # The exposures in the tracker's order (as the scores add up), the fleet's for the
+            # nodes without telemetry added at once.
+            derived.total_exposure = sum(exposure) + len(absent) * fleet_days
         return derived
+
+    @staticmethod
+    def _exposures(derived: _Derived) -> list[float]:
+        """Every node's exposure by index (the fleet's time in the window for those without telemetry)."""
+        absent, days = derived.absent, derived.fleet_days
+        if not absent:
+            return derived.exposure
+        return [days if index in absent else own for index, own in enumerate(derived.exposure)]
 
     def _at_floor(self, derived: _Derived, days: float, trim: int) -> bool:
         """Whether every node's expectation of every signal is the prior floor (``prior x days``):
@@ -485,7 +494,7 @@ class LemonTracker:
         prior = self.config.prior_fault_rate / 1000.0
         for name in rescore:
             index = derived.index[name]
-            days = derived.exposure[index]
+            days = derived.fleet_days if index in derived.absent else derived.exposure[index]
             expected = [prior * days] * len(SIGNALS)
             score, verdict = self._verdict(name, derived.counts[index], expected, days, fleet, min_surprise)
             if score >= self.config.threshold:
@@ -504,7 +513,7 @@ class LemonTracker:
         # Node by node in the tracker's order (the float sums below add in that order), by index:
         # each node's exposure in days and its count of each signal (SIGNALS, then job_runs).
         names = derived.names
-        exposure = derived.exposure
+        exposure = self._exposures(derived)
         counts_of = derived.counts
         totals = derived.totals
         total_exposure = derived.total_exposure

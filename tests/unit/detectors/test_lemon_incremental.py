@@ -53,7 +53,11 @@ def reference_evaluate(self: LemonTracker, now_ms: int) -> list[LemonVerdict]:
     ]
     counts_of = [tuple(map(len, _ALL_SIGNALS(state.signals))) for state in nodes.values()]
     totals = [sum(column) for column in zip(*counts_of, strict=True)]
-    total_exposure = sum(exposure)
+    # The exposures of the nodes telemetry showed in the tracker's order, the others' all at once.
+    absent = [not state.present for state in nodes.values()]
+    fleet_days = max(now_ms - max(start, self._first_ms), 0) / DAY_MS
+    total_exposure = sum(0.0 if gone else days for gone, days in zip(absent, exposure, strict=True))
+    total_exposure += sum(absent) * fleet_days
     by_name = sorted(range(fleet), key=names.__getitem__)
     # The reference leaves out the node itself and the fleet's top nodes of each signal (2%,
     # at least one): in a week-old fleet of 32, another lemon must not make a lemon look usual.
