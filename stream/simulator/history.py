@@ -23,6 +23,8 @@ An event-driven model of a GPU training cluster, calibrated to RSC-1 of Kokolis 
   once, and nodes without faults are rebooted for maintenance: benign.
 * Planted anomalies with onsets (:mod:`stream.simulator.planted`): degrading GPUs, XID storms,
   flapping NVLinks, lemon nodes.
+* Trace mode (:mod:`stream.simulator.trace`): a real cluster's faults strike at their times on
+  their servers instead of the drawn critical faults, and its worst servers are the lemons.
 
 :func:`run_model` draws the workload (:mod:`stream.simulator.workload`) and the planted faults,
 runs the cluster (:mod:`stream.simulator.scheduler`), then writes the evidence: kernel lines
