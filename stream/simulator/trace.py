@@ -38,7 +38,7 @@ import hashlib
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import orjson
 
@@ -108,7 +108,8 @@ TRACES: Final[dict[str, TraceSource]] = {
 }
 
 
-class TraceFault(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class TraceFault:
     """One fault of the trace, placed in the simulation.
 
     ``index`` is its rank by start in the trace (``trace-N`` is ``index + 1``); ``template`` is the
@@ -177,7 +178,7 @@ class FaultTrace:
         return self.hardware_faults.get(node, 0) / mean if mean else 0.0
 
 
-def trace_overrides(name: str) -> dict[str, object]:
+def trace_overrides(name: str) -> dict[str, Any]:
     """:class:`SimulationConfig` fields of the trace's cluster: its fleet, day 0 and span, and no
     planted faults but the trace's (no degradations, storms, flapping links or drawn lemons)."""
     source = TRACES[name]

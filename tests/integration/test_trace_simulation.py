@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -48,7 +49,7 @@ def published_counts() -> Counter[tuple[str, str, str]]:
 
 
 @pytest.fixture(scope="module")
-def scored(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:  # type: ignore[type-arg]
+def scored(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     work = tmp_path_factory.mktemp("trace-cell")
     return work, run_cell(CELL, 1001, work)
 
@@ -68,7 +69,7 @@ def test_a_trace_simulation_is_deterministic_and_plants_the_traces_faults(tmp_pa
     assert sum(trace_counts(truth).values()) == len(starts) > 0
 
 
-def test_the_cell_plants_exactly_the_traces_faults_by_class(scored: tuple[Path, dict]) -> None:  # type: ignore[type-arg]
+def test_the_cell_plants_exactly_the_traces_faults_by_class(scored: tuple[Path, dict[str, Any]]) -> None:
     work, _ = scored
     truth = Truth.load(work / f"{CELL.name}-s1001" / "sim" / "truth.json")
     assert trace_counts(truth) == published_counts()
@@ -88,7 +89,9 @@ def test_the_cell_plants_exactly_the_traces_faults_by_class(scored: tuple[Path, 
     assert len(truth.config.node_names) == 400
 
 
-def test_the_cell_scores_every_critical_fault_and_the_traces_lemons(scored: tuple[Path, dict]) -> None:  # type: ignore[type-arg]
+def test_the_cell_scores_every_critical_fault_and_the_traces_lemons(
+    scored: tuple[Path, dict[str, Any]],
+) -> None:
     _, result = scored
     rows = {(row["kind"], row["rule"]): row for row in result["comparison"] if row["rule"] == "detector"}
     critical = rows[("critical_hw", "detector")]

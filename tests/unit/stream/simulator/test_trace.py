@@ -13,13 +13,14 @@ import pytest
 
 from schemas.timeutil import DAY_MS, MINUTE_MS
 from stream.simulator import SimulationConfig, simulate
-from stream.simulator.faults import FAULT_SOURCE_TRACE, FAULT_TEMPLATES_BY_NAME
+from stream.simulator.faults import FAULT_SOURCE_TRACE, FAULT_TEMPLATES_BY_NAME, FaultPlan
 from stream.simulator.history import run_model
 from stream.simulator.trace import (
     LEMON_MIN_HARDWARE_FAULTS,
     MIN_DOWN_MS,
     OBSERVABLE,
     TRACES,
+    TraceFault,
     load_trace,
     trace_fault_plans,
     trace_overrides,
@@ -28,7 +29,7 @@ from stream.simulator.truth import build_truth
 
 ROOT = Path(__file__).resolve().parents[4]
 SOURCE = TRACES["infinitehbd"]
-FULL = SimulationConfig(seed=3, **trace_overrides("infinitehbd"))  # type: ignore[arg-type]
+FULL = SimulationConfig(seed=3, **trace_overrides("infinitehbd"))
 
 
 def test_the_bundled_trace_is_the_file_its_readme_names() -> None:
@@ -67,12 +68,12 @@ def test_the_trace_on_its_fleet_keeps_its_counts_servers_and_lemons() -> None:
 
 
 def test_a_shorter_span_keeps_the_faults_that_start_within_it() -> None:
-    config = SimulationConfig(**{**trace_overrides("infinitehbd"), "days": 30.0})  # type: ignore[arg-type]
+    config = SimulationConfig(**{**trace_overrides("infinitehbd"), "days": 30.0})
     trace = load_trace(config)
     assert trace.faults and all(fault.onset_ms < config.end_ms for fault in trace.faults)
     assert trace.faults == load_trace(FULL).faults[: len(trace.faults)]
     with pytest.raises(ValueError, match="231 servers"):
-        load_trace(SimulationConfig(**{**trace_overrides("infinitehbd"), "nodes": 200}))  # type: ignore[arg-type]
+        load_trace(SimulationConfig(**{**trace_overrides("infinitehbd"), "nodes": 200}))
 
 
 def test_repairs_follow_the_trace_and_never_run_into_the_nodes_next_fault() -> None:
@@ -80,7 +81,7 @@ def test_repairs_follow_the_trace_and_never_run_into_the_nodes_next_fault() -> N
     plans = trace_fault_plans(trace)
     assert len(plans) == len(trace.observable)
     by_index = {fault.index: fault for fault in trace.observable}
-    by_node: dict[int, list] = {}  # type: ignore[type-arg]
+    by_node: dict[int, list[tuple[FaultPlan, TraceFault]]] = {}
     for plan in plans:
         fault = by_index[plan.trace]
         assert plan.source == FAULT_SOURCE_TRACE and (plan.onset_ms, plan.node) == (
