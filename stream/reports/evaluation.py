@@ -31,6 +31,10 @@ crash-looping users run every job on), the storm verdicts on GPUs whose storm wa
 the incidents addressed to owners (``job_app_errors``, ``job_xid_storm``): how many went to the
 right owner (a crash-looping user; the user of the storm's job), how many to anyone else.
 
+A trace's faults that no input shows (``unobservable`` in the truth: a NIC, a fan, a PCIe link
+trained narrow; :mod:`stream.simulator.trace`) are no detector's to find: they are counted apart
+(``unobservable`` in the result: per level and class), never in a recall.
+
 Censoring: a fault that began too close to the end of the simulated span to be observable as
 what it is (a degradation with less than a day of samples, a flapping link that logged one burst
 only, a lemon with less than two days of history), a storm cut short by its job's end to fewer
@@ -43,6 +47,7 @@ matches a censored fault is not a false positive.
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -53,6 +58,7 @@ from schemas.outputs import IncidentKind
 from schemas.timeutil import DAY_MS, HOUR_MS, parse_ts
 from stream.settings import Settings
 from stream.simulator.planted.flapping import FLAP_MIN_GAP_MS
+from stream.simulator.trace import FAULT_KIND_UNOBSERVABLE
 from stream.simulator.truth import FaultTruth, Truth
 from stream.sinks.store import query_rows
 
@@ -685,8 +691,10 @@ def evaluate_store(
         inputs = baseline_inputs(client, settings)
         alerts = {baseline.named(): rule_alerts(inputs, baseline) for baseline in BASELINES}
         comparison = compare_with_baselines(truth, incidents, alerts, inputs)
+    unobservable = [f for f in truth.faults if f.kind == FAULT_KIND_UNOBSERVABLE]
     return {
         **({"comparison": comparison} if comparison is not None else {}),
+        **({"unobservable": _unobservable(unobservable)} if unobservable else {}),
         "detectors": [
             {
                 "detector": s.detector,
@@ -731,6 +739,17 @@ def evaluate_store(
             "measured_node_days": mttf["node_hours"] / 24,
             "true_node_days": truth.exposure_node_days,
         },
+    }
+
+
+def _unobservable(faults: Sequence[FaultTruth]) -> dict[str, Any]:
+    """A trace's faults no input shows: how many, per level and per class (most first)."""
+    levels = Counter(str(f.details.get("trace_level")) for f in faults)
+    classes = Counter(str(f.details.get("trace_class")) for f in faults)
+    return {
+        "faults": len(faults),
+        "by_level": dict(levels.most_common()),
+        "by_class": dict(classes.most_common()),
     }
 
 
@@ -782,6 +801,13 @@ def render_evaluation(result: Mapping[str, Any]) -> str:
             f"node storms {aware.get('node_storm_verdicts_on_job_storms', 0)}; false lemon verdicts on "
             f"the {aware.get('pinned_nodes', 0)} nodes a crash-looping user is pinned to: "
             f"{aware.get('false_lemon_verdicts_on_pinned_nodes', 0)}"
+        )
+    hidden = result.get("unobservable")
+    if hidden is not None:
+        shares = ", ".join(f"{name} {count}" for name, count in hidden["by_class"].items())
+        lines.append(
+            f"undetectable by design (the trace's faults no XID or ECC counter shows, not scored): "
+            f"{hidden['faults']} ({shares})"
         )
     rate = result["failure_rate"]
     lines.append(

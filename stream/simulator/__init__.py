@@ -11,6 +11,8 @@ numpy, orjson and :mod:`schemas`):
 * :mod:`.events`: the leaf records, kernel lines and ECC counter events.
 * :mod:`.workload`: the jobs users submit, and :class:`~.workload.JobRecord`.
 * :mod:`.faults`: critical hardware faults, their templates and records.
+* :mod:`.trace`: trace mode, a real cluster's fault trace as the critical faults and lemons
+  (``SimulationConfig.fault_trace``; the trace's other faults are ``unobservable`` in the truth).
 * :mod:`.planted`: planted faults (degradations, XID storms, flapping NVLinks, lemon nodes) and
   benign noise (maintenance reboots, SBE blips), one module per kind.
 * :mod:`.scheduler`: the event-driven cluster (FIFO with EASY backfill) that runs the jobs and

@@ -16,6 +16,7 @@ __all__ = [
     "DEFAULT_START_MS",
     "DEGRADATION_SHAPES",
     "DGX_A100_PCI_BUS_IDS",
+    "FAULT_TRACES",
     "SECOND_MS",
     "SimulationConfig",
     "pci_bus_id",
@@ -44,6 +45,11 @@ DEGRADATION_SHAPES: Final[tuple[str, ...]] = (
     "slow_boil",
     "mixed",
 )
+
+#: Real fault traces the simulator can replay as its critical fault process
+#: (:attr:`SimulationConfig.fault_trace`; :mod:`stream.simulator.trace` reads them):
+#: ``infinitehbd`` is InfiniteHBD-Trace, 584 faults on 400 GPU servers over 349 days.
+FAULT_TRACES: Final[tuple[str, ...]] = ("infinitehbd",)
 
 #: PCI bus ids of the eight GPUs of a DGX A100, in GPU index order.
 DGX_A100_PCI_BUS_IDS: Final[tuple[str, ...]] = (
@@ -121,6 +127,9 @@ class SimulationConfig:
     crash_loop_users: int = 0  # users whose jobs crash wherever they run (application XIDs, FAILED)
     crash_loop_jobs_per_day: float = 24.0  # ... each submitting this many short single-node jobs a day
     crash_loop_pinned_users: int = 0  # ... of them, this many run every job on one node of their own
+    # A name of FAULT_TRACES: the critical faults and lemons are that trace's (its fault times,
+    # servers and classes; hardware_failure_rate and the lemon_* knobs are then not used); "": drawn
+    fault_trace: str = ""
 
     def __post_init__(self) -> None:
         # Same value, same bytes: days=3 and days=3.0 must write the same truth.json. (The
@@ -176,6 +185,10 @@ class SimulationConfig:
                 "crash_loop_pinned_users must be within 0..crash_loop_users (and at most nodes)",
             ),
             (self.cluster.strip() != "", "cluster must not be empty"),
+            (
+                self.fault_trace in ("", *FAULT_TRACES),
+                f"fault_trace must be empty or one of {', '.join(FAULT_TRACES)}",
+            ),
         )
         for ok, message in checks:
             if not ok:

@@ -20,6 +20,7 @@ __all__ = [
     "FAULT_SOURCE_BASE",
     "FAULT_SOURCE_ECC_DEGRADATION",
     "FAULT_SOURCE_LEMON",
+    "FAULT_SOURCE_TRACE",
     "FAULT_TEMPLATES_BY_NAME",
     "HARDWARE_FAULT_TEMPLATES",
     "LEMON_FAULT_TEMPLATES",
@@ -38,10 +39,12 @@ FAULT_QUIET_AFTER_END_MS: Final = 6 * MINUTE_MS
 FAULT_KIND_CRITICAL_HW: Final = "critical_hw"
 
 #: What caused a critical fault (:attr:`FaultRecord.source`): the random faults every node has,
-#: the extra faults of a lemon node, the uncorrectable error that ends a degradation.
+#: the extra faults of a lemon node, the uncorrectable error that ends a degradation, a fault of a
+#: real cluster's trace (:mod:`stream.simulator.trace`).
 FAULT_SOURCE_BASE: Final = "base"
 FAULT_SOURCE_LEMON: Final = "lemon"
 FAULT_SOURCE_ECC_DEGRADATION: Final = "ecc_degradation"
+FAULT_SOURCE_TRACE: Final = "trace"
 
 
 class HardwareFaultTemplate(NamedTuple):
@@ -112,6 +115,8 @@ class FaultPlan(NamedTuple):
     gpu: int = -1  # -1: drawn at the onset among the GPUs of the running job
     template: str = ""  # "": drawn from the mix of the source
     degradation: int = -1  # DegradationPlan.index of a degradation failure
+    repair_ms: int = -1  # when the node comes back (6 min after the strike at least); -1: drawn
+    trace: int = -1  # TraceFault.index of a fault from a trace
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +142,9 @@ class FaultRecord:
     degradation
         :attr:`~stream.simulator.planted.degradation.DegradationPlan.index` of that degradation (its
         ``deg-N`` id in the truth is ``index + 1``), else ``None``.
+    trace
+        :attr:`~stream.simulator.trace.TraceFault.index` of the trace's fault it is
+        (:data:`FAULT_SOURCE_TRACE`), else ``None``.
     """
 
     index: int
@@ -152,3 +160,4 @@ class FaultRecord:
     gpu_replaced: bool
     source: str = FAULT_SOURCE_BASE
     degradation: int | None = None
+    trace: int | None = None

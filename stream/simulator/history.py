@@ -23,6 +23,8 @@ An event-driven model of a GPU training cluster, calibrated to RSC-1 of Kokolis 
   once, and nodes without faults are rebooted for maintenance: benign.
 * Planted anomalies with onsets (:mod:`stream.simulator.planted`): degrading GPUs, XID storms,
   flapping NVLinks, lemon nodes.
+* Trace mode (:mod:`stream.simulator.trace`): a real cluster's faults strike at their times on
+  their servers instead of the drawn critical faults, and its worst servers are the lemons.
 
 :func:`run_model` draws the workload (:mod:`stream.simulator.workload`) and the planted faults,
 runs the cluster (:mod:`stream.simulator.scheduler`), then writes the evidence: kernel lines
@@ -81,6 +83,7 @@ from stream.simulator.planted import (
 )
 from stream.simulator.planted.crashloop import add_crash_loops, crash_loop_pins, crash_loop_user_names
 from stream.simulator.scheduler import Cluster
+from stream.simulator.trace import FaultTrace, load_trace, trace_fault_plans
 from stream.simulator.workload import JobRecord, draw_demand, mean_node_ms
 
 __all__ = ["ClusterHistory", "run_model"]
@@ -116,6 +119,9 @@ class ClusterHistory:
         Users whose jobs crash wherever they run (:mod:`stream.simulator.planted.crashloop`).
     crash_loop_nodes
         Of those, the ones whose every job runs on one node: user -> node index.
+    trace
+        In trace mode (:attr:`SimulationConfig.fault_trace`), the trace's faults on the fleet: the
+        source of the critical faults and lemons, and of the faults no input shows.
     """
 
     config: SimulationConfig
@@ -132,6 +138,7 @@ class ClusterHistory:
     maintenance: tuple[MaintenanceRecord, ...] = ()
     crash_loop_users: tuple[str, ...] = ()
     crash_loop_nodes: Mapping[str, int] = field(default_factory=dict)
+    trace: FaultTrace | None = None
 
     @property
     def exposure_node_days(self) -> float:
@@ -187,10 +194,15 @@ def run_model(config: SimulationConfig) -> ClusterHistory:
     pins = crash_loop_pins(config, rng_crash)
 
     # Critical faults: per node Poisson over wall time, lemons' extra faults, and the failures of
-    # degrading GPUs; together hardware_failure_rate cluster-wide.
-    lemons = choose_lemons(config, rng_lemons)
+    # degrading GPUs; together hardware_failure_rate cluster-wide. In trace mode, the trace's
+    # faults and lemons instead of the drawn ones.
+    trace = load_trace(config) if config.fault_trace else None
+    lemons = trace.lemons if trace is not None else choose_lemons(config, rng_lemons)
     degrading = plan_degradations(config, lemons, rng_degrade)
-    plans = _critical_fault_plans(config, lemons, degrading, rng_faults, rng_lemon_faults)
+    if trace is not None:
+        plans = trace_fault_plans(trace) + _degradation_failures(degrading)
+    else:
+        plans = _critical_fault_plans(config, lemons, degrading, rng_faults, rng_lemon_faults)
     storm_draws = plan_storms(config, rng_storms)
 
     cluster = Cluster(
@@ -222,12 +234,14 @@ def run_model(config: SimulationConfig) -> ClusterHistory:
             degradations.append(record)
     faulty = {fault.node for fault in faults} | set(lemons) | {plan.node for plan in degrading}
     faulty |= {storm.node for storm in storms} | {flap.node for flap in flaps}
+    faulty |= {fault.node for fault in trace.faults} if trace is not None else set()
     maintenance = plan_maintenance(config, jobs, faulty, rng_maintenance)
     degrading_gpus = {plan.node * config.gpus_per_node + plan.gpu for plan in degrading}
     ecc_events += plan_sbe_blips(config, degrading_gpus, rng_blips)
     ecc_events += [EccEvent(item.ts_ms, EccEventKind.REBOOT, item.node, -1) for item in maintenance]
 
     # Links going down at reboots (repairs and maintenance): their own stream, drawn only when on.
+    drawn_lemons = lemons if trace is None else ()
     resets: list[XidRecord] = []
     if config.nvlink_reset_burst_probability > 0:
         rng_resets = np.random.Generator(np.random.PCG64(np.random.SeedSequence(config.seed).spawn(18)[17]))
@@ -248,7 +262,8 @@ def run_model(config: SimulationConfig) -> ClusterHistory:
         faults,
         rng_xids,
         rng_noise,
-        planted=[*storm_xids, *flap_xids, *lemon_xids(config, lemons, jobs, rng_lemon_xids), *resets],
+        # A trace's lemons log what the trace says: no extra application XIDs of the model.
+        planted=[*storm_xids, *flap_xids, *lemon_xids(config, drawn_lemons, jobs, rng_lemon_xids), *resets],
         maintenance=maintenance,
         crash_loop_users=frozenset(crash_loop_user_names(config)),
     )
@@ -272,6 +287,7 @@ def run_model(config: SimulationConfig) -> ClusterHistory:
         maintenance=maintenance,
         crash_loop_users=crash_loop_user_names(config),
         crash_loop_nodes={f"user{user + 1:03d}": node for user, node in pins.items()},
+        trace=trace,
     )
 
 
@@ -304,14 +320,18 @@ def _critical_fault_plans(
             FaultPlan(onset, lemons[pick], FAULT_SOURCE_LEMON)
             for onset, pick in zip(onsets, picks, strict=True)
         ]
-    plans += [
+    return plans + _degradation_failures(degrading)
+
+
+def _degradation_failures(degrading: tuple[DegradationPlan, ...]) -> list[FaultPlan]:
+    """The uncorrectable errors that end the degradations that fail within the span."""
+    return [
         FaultPlan(
             plan.failure_ms, plan.node, FAULT_SOURCE_ECC_DEGRADATION, plan.gpu, plan.template, plan.index
         )
         for plan in degrading
         if plan.failure_ms is not None
     ]
-    return plans
 
 
 def _protected_windows(

@@ -6,8 +6,9 @@ flapping NVLinks, lemons with few or many failures) for a score to mean somethin
 its size, at one DCGM scrape interval and one history length; the ground truth comes with it
 (``truth.json``), as for any simulation. The job-aware cells plant no fault but application
 errors that follow a user: a user whose jobs crash wherever they run, one whose jobs all crash on
-one node, and (a lemon cell) crash-looping users on a fleet with lemons. :func:`cell_config`
-makes the configuration of a cell for a seed.
+one node, and (a lemon cell) crash-looping users on a fleet with lemons. The trace cell replays a
+real cluster's fault process (:mod:`stream.simulator.trace`): its faults are the critical ones, its
+worst servers the lemons. :func:`cell_config` makes the configuration of a cell for a seed.
 
 Seeds are split: :data:`TUNING_SEEDS` are the ones the detectors' thresholds were tuned on (with
 the project's long-standing seeds 1 to 3 at 1,000 nodes); :data:`HELD_OUT_SEEDS` were never looked
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from stream.simulator.config import SimulationConfig
+from stream.simulator.trace import TRACES, trace_overrides
 
 __all__ = [
     "CELLS",
@@ -155,6 +157,14 @@ def _aware(tag: str, nodes: int, days: float, **overrides: Any) -> MatrixCell:
     return MatrixCell(f"aware-{tag}-{nodes}n-{days:g}d", "job_aware", nodes, days, 360, overrides)
 
 
+def _trace(name: str) -> MatrixCell:
+    # Scored as a lemon cell: the trace's faults GPU telemetry shows, and its worst servers.
+    source = TRACES[name]
+    overrides = {k: v for k, v in trace_overrides(name).items() if k not in ("nodes", "days")}
+    label = f"trace-{name}-{source.servers}n-{source.days:g}d"
+    return MatrixCell(label, "lemon_node", source.servers, source.days, 360, overrides)
+
+
 #: Every cell. Scrape intervals: 30 seconds (dcgm-exporter's default collection interval; the
 #: cells write only the series that changed, so days of 30 s scrapes stay small), 15 minutes and
 #: 6 hours.
@@ -203,6 +213,8 @@ CELLS: Final[tuple[MatrixCell, ...]] = (
     _aware("anywhere", 256, 14, crash_loop_users=2),
     _aware("pinned", 96, 14, crash_loop_users=1, crash_loop_pinned_users=1),
     _lemon(10.0, 128, 21, 3, crash_loop_users=1),
+    # A real fault process: InfiniteHBD-Trace, 584 faults on 400 GPU servers over 349 days.
+    _trace("infinitehbd"),
 )
 
 #: Cells small enough for CI: a few minutes for all of them with one seed.

@@ -35,6 +35,7 @@ from stream.simulator.faults import (
     FAULT_QUIET_AFTER_END_MS,
     FAULT_SOURCE_ECC_DEGRADATION,
     FAULT_SOURCE_LEMON,
+    FAULT_SOURCE_TRACE,
     FAULT_TEMPLATES_BY_NAME,
     HARDWARE_FAULT_TEMPLATES,
     LEMON_FAULT_TEMPLATES,
@@ -261,7 +262,8 @@ class Cluster:
         """A planned critical fault strikes its node: the node goes down, its job (if any) dies.
 
         The fault is moot on a node already down, dropped within a degrading GPU's protected
-        window (unless it is that GPU's failure), and postponed just after a job's end.
+        window (unless it is that GPU's failure, or a trace's fault), and postponed just after a
+        job's end. A planned repair time (a trace's fault end) replaces the drawn one.
         """
         config = self.config
         plan = self.fault_plans[planned]
@@ -269,7 +271,8 @@ class Cluster:
         if self.state[node] == _DOWN:
             return  # the node is already out for repair: the fault is moot
         window = self.protected.get(node, (_NEVER, _NEVER))
-        if plan.source != FAULT_SOURCE_ECC_DEGRADATION and window[0] <= now <= window[1]:
+        exempt = plan.source in (FAULT_SOURCE_ECC_DEGRADATION, FAULT_SOURCE_TRACE)
+        if not exempt and window[0] <= now <= window[1]:
             return  # the node's degrading GPU is the fault planted there
         if now - self.last_end[node] < FAULT_QUIET_AFTER_END_MS:
             later = now + FAULT_QUIET_AFTER_END_MS
@@ -308,6 +311,8 @@ class Cluster:
         self.state[node] = _DOWN
         hours = config.repair_min_hours + draws[4] * (config.repair_max_hours - config.repair_min_hours)
         repaired = _ceil_second(now + round(hours * HOUR_MS))
+        if plan.repair_ms >= 0:  # not before the killed job ended (at most 300 s after the strike)
+            repaired = _ceil_second(max(plan.repair_ms, now + FAULT_QUIET_AFTER_END_MS))
         self.push(repaired, _EV_REPAIR, node)
         self.faults.append(
             FaultRecord(
@@ -324,6 +329,7 @@ class Cluster:
                 gpu_replaced=bool(template.remap_failure and draws[5] < config.gpu_replace_probability),
                 source=plan.source,
                 degradation=plan.degradation if plan.degradation >= 0 else None,
+                trace=plan.trace if plan.trace >= 0 else None,
             )
         )
         if plan.degradation >= 0:

@@ -18,8 +18,10 @@ The ``faults`` list, ordered by onset then ``fault_id``, holds every kind (see
 kind              fault_id      onset; kind-specific keys
 ================  ============  =================================================================
 critical_hw       ``hw-N``      first XID line; ``template``, ``killed_job``, ``gpu_replaced``,
-                                ``source`` (``base``, ``lemon`` or ``ecc_degradation``),
-                                ``degradation_id`` (the ``deg-N`` it ends, else ``null``)
+                                ``source`` (``base``, ``lemon``, ``ecc_degradation`` or ``trace``),
+                                ``degradation_id`` (the ``deg-N`` it ends, else ``null``); from a
+                                trace also ``trace_fault`` (its ``trace-N``), ``trace_level``,
+                                ``trace_class``, ``trace_desc`` and ``trace_end``
 ecc_degradation   ``deg-N``     first DCGM scrape where the SBE counter rose (``xid`` null);
                                 ``failure`` (the uncorrectable error, ``null`` if none within the
                                 span), ``critical_fault_id``, ``failure_xid``, ``end`` (failure
@@ -32,7 +34,12 @@ job_xid_storm     ``storm-N``   a job's storm (its own application XIDs): the sa
 nvlink_flapping   ``flap-N``    first XID 144 line; ``end`` (last line), ``gpus`` in the order
                                 they joined (``gpu`` is the first), ``lines``
 lemon_node        ``lemon-N``   the span's start (``gpu``, ``xid`` null); ``end`` (span end),
-                                ``critical_faults`` on the node, ``fault_rate_multiplier``
+                                ``critical_faults`` on the node, ``fault_rate_multiplier`` (a
+                                trace's lemon: its hardware faults over the fleet's mean, and
+                                ``trace_hardware_faults``)
+unobservable      ``trace-N``   a trace's fault that no input shows (``gpu``, ``xid`` null):
+                                ``end`` (the trace's fault end), ``trace_fault``, ``trace_level``,
+                                ``trace_class``, ``trace_desc`` (:mod:`stream.simulator.trace`)
 ================  ============  =================================================================
 
 Keys this module does not know are kept in ``details`` too.
@@ -59,6 +66,7 @@ from stream.simulator.planted import (
     FAULT_KIND_NVLINK_FLAPPING,
     NVLINK_FLAP_XID,
 )
+from stream.simulator.trace import FAULT_KIND_UNOBSERVABLE, TraceFault
 
 __all__ = ["FaultTruth", "JobFailureTruth", "MaintenanceTruth", "Truth", "build_truth"]
 
@@ -298,9 +306,12 @@ class Truth:
         return tuple(name for name in self.config.node_names if name not in lemons)
 
     def to_dict(self) -> dict[str, Any]:
-        """Return the JSON form of ``truth.json``."""
+        """Return the JSON form of ``truth.json`` (``config.fault_trace`` only when set)."""
+        config = dataclasses.asdict(self.config)
+        if not config["fault_trace"]:
+            del config["fault_trace"]
         return {
-            "config": dataclasses.asdict(self.config),
+            "config": config,
             "span": {"start": format_ts(self.span_start_ms), "end": format_ts(self.span_end_ms)},
             "true_rf_per_1000_node_days": self.true_rf_per_1000_node_days,
             "exposure_node_days": self.exposure_node_days,
@@ -363,6 +374,7 @@ def _critical_faults(history: ClusterHistory) -> list[FaultTruth]:
     config = history.config
     names = config.node_names
     job_ids = {job.index: job.job_id for job in history.jobs}
+    traced = {fault.index: fault for fault in history.trace.faults} if history.trace is not None else {}
     return [
         FaultTruth(
             fault_id=_fault_id(fault.index),
@@ -383,9 +395,31 @@ def _critical_faults(history: ClusterHistory) -> list[FaultTruth]:
                 "degradation_id": (
                     _planted_id("deg", fault.degradation) if fault.degradation is not None else None
                 ),
+                **(_traced(traced[fault.trace]) if fault.trace is not None else {}),
             },
         )
         for fault in history.faults
+    ]
+
+
+def _traced(fault: TraceFault) -> dict[str, Any]:
+    """A trace fault's own keys in the truth: its id, level, class and description, and end."""
+    return {**fault.details(), "trace_end": format_ts(fault.end_ms)}
+
+
+def _unobservable_faults(history: ClusterHistory) -> list[FaultTruth]:
+    """A trace's faults that no input shows: in the truth, apart from the critical faults."""
+    if history.trace is None:
+        return []
+    return [
+        FaultTruth(
+            fault_id=fault.fault_id,
+            kind=FAULT_KIND_UNOBSERVABLE,
+            node=history.config.node_names[fault.node],
+            onset_ms=fault.onset_ms,
+            details={"end": format_ts(fault.end_ms), **fault.details()},
+        )
+        for fault in history.trace.unobservable
     ]
 
 
@@ -456,18 +490,23 @@ def _planted_faults(history: ClusterHistory) -> list[FaultTruth]:
             )
         )
     critical = Counter(fault.node for fault in history.faults)
+    trace = history.trace
     for index, node in enumerate(history.lemon_nodes):
+        details: dict[str, Any] = {
+            "end": format_ts(config.end_ms),
+            "critical_faults": critical[node],
+            "fault_rate_multiplier": config.lemon_fault_multiplier,
+        }
+        if trace is not None:
+            details["fault_rate_multiplier"] = round(trace.lemon_multiplier(node), 3)
+            details["trace_hardware_faults"] = trace.hardware_faults[node]
         out.append(
             FaultTruth(
                 fault_id=_planted_id("lemon", index),
                 kind=FAULT_KIND_LEMON_NODE,
                 node=names[node],
                 onset_ms=config.start_ms,
-                details={
-                    "end": format_ts(config.end_ms),
-                    "critical_faults": critical[node],
-                    "fault_rate_multiplier": config.lemon_fault_multiplier,
-                },
+                details=details,
             )
         )
     return out
@@ -489,7 +528,7 @@ def build_truth(history: ClusterHistory) -> Truth:
     config = history.config
     names = config.node_names
     faults = sorted(
-        [*_critical_faults(history), *_planted_faults(history)],
+        [*_critical_faults(history), *_planted_faults(history), *_unobservable_faults(history)],
         key=lambda fault: (fault.onset_ms, fault.fault_id),
     )
     failures: list[JobFailureTruth] = []
