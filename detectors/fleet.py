@@ -565,6 +565,7 @@ class FleetCore:
                 self._decided = {k: end for k, end in self._decided.items() if end >= forget}
             else:
                 self._out.incidents.extend(self._incidents.resolve_idle(instant))
+                self._take_back_pinned(instant)
                 self._evaluate_lemons(instant)
                 self._evaluate_owners(instant)
                 self._next_lemon_ms = instant + every
@@ -610,6 +611,7 @@ class FleetCore:
             elif pinned and fact.value == FAILED_APPLICATION:
                 self._take_back_node(fact.name, fact.node, fact.ts_ms)
         elif fact.kind == APP_XID:
+            self._node_users.app_xid(fact.node, fact.key, fact.ts_ms)
             if not self._theirs(fact.name, fact.node, fact.ts_ms) and self._lemons.record_xid(
                 fact.node, fact.ts_ms
             ):
@@ -749,6 +751,14 @@ class FleetCore:
             else:
                 kept.append(item)
         self._set_counted(user, kept)
+
+    def _take_back_pinned(self, now: int) -> None:
+        """Before a lemon verdict: the evidence of each user whose errors on a node are now seen to
+        be theirs is taken back from it (other users' runs there that succeeded since their last
+        failure can show it as well as a new failure can)."""
+        for user, node in self._node_users.candidates(now):
+            if user in self._user_counted and self._node_users.pinned(user, node, now):
+                self._take_back_node(user, node, now)
 
     def _set_counted(self, user: str, kept: deque[tuple[str, str, int, str]]) -> None:
         if kept:

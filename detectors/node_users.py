@@ -13,9 +13,10 @@ run with application-class XIDs and no hardware evidence) of each user over a sl
 event time, and judges a user *pinned* to the node (their errors are theirs, not the node's) when
 over the window
 
-* their application failures on the node are at least ``min_failures``, and at least ``min_share``
-  of their runs there (the share rule's own thresholds), and
-* the other users' runs there failed with application errors so seldom that a node failing jobs as
+* their application failures on the node (failed runs with no hardware evidence that logged
+  application-class XIDs there) are at least ``min_failures``, and at least ``min_share`` of their
+  runs there (the share rule's own thresholds), and
+* the other users' runs there failed that way so seldom that a node failing jobs as
   often as it fails the user's would have failed more of them: ``P(Binomial(runs, share) <=
   failures) <= significance``, with the user's share of failures. With no other user's run on the
   node there is nothing to compare with, and the node is judged as before.
@@ -53,6 +54,9 @@ class _NodeUsers:
     failures: deque[tuple[int, str, PinnedFailure]] = field(default_factory=deque)
     runs_by: Counter[str] = field(default_factory=Counter)
     failures_by: Counter[str] = field(default_factory=Counter)
+    #: Jobs that logged application-class XIDs on the node, oldest first, and how many of them each.
+    xids: deque[tuple[int, str]] = field(default_factory=deque)
+    xid_jobs: Counter[str] = field(default_factory=Counter)
 
 
 class NodeUserTracker:
@@ -66,6 +70,7 @@ class NodeUserTracker:
     >>> for t in range(6):
     ...     tracker.run("n1", "dbg", t)
     >>> for t in range(5):
+    ...     tracker.app_xid("n1", f"j{t}", t)
     ...     tracker.app_failure("n1", "dbg", f"j{t}", t + 1)
     >>> tracker.pinned("dbg", "n1", 10)      # nobody else ran there: nothing to compare with
     False
@@ -91,11 +96,22 @@ class NodeUserTracker:
         state.runs_by[user] += 1
         self._expire(state, ts_ms)
 
+    def app_xid(self, node: str, job_id: str, ts_ms: int) -> None:
+        """Job ``job_id`` logged an application-class XID on ``node``."""
+        state = self._nodes.setdefault(node, _NodeUsers())
+        state.xids.append((ts_ms, job_id))
+        state.xid_jobs[job_id] += 1
+        self._expire(state, ts_ms)
+
     def app_failure(
         self, node: str, user: str, job_id: str, ts_ms: int, context: JobContext | None = None
     ) -> None:
-        """A run of ``user`` on ``node`` failed with application-class XIDs and no hardware evidence."""
-        state = self._nodes.setdefault(node, _NodeUsers())
+        """A run of ``user`` that ran on ``node`` failed with application-class XIDs and no
+        hardware evidence: a failure *on the node* when its XIDs were logged there (a run over many
+        nodes whose XIDs were elsewhere says nothing about this one)."""
+        state = self._nodes.get(node)
+        if state is None or job_id not in state.xid_jobs:
+            return
         state.failures.append((ts_ms, user, PinnedFailure(ts_ms, job_id, context)))
         state.failures_by[user] += 1
         self._expire(state, ts_ms)
@@ -112,6 +128,12 @@ class NodeUserTracker:
             state.failures_by[user] -= 1
             if not state.failures_by[user]:
                 del state.failures_by[user]
+        # A job's XIDs are kept as long as a failure of it may still come (a run can last days).
+        while state.xids and state.xids[0][0] <= since:
+            job = state.xids.popleft()[1]
+            state.xid_jobs[job] -= 1
+            if not state.xid_jobs[job]:
+                del state.xid_jobs[job]
 
     def pinned(self, user: str, node: str, now_ms: int) -> bool:
         """Whether ``user``'s application failures on ``node`` are theirs, not the node's: most of
@@ -153,7 +175,7 @@ class NodeUserTracker:
         for node in sorted(self._nodes):
             state = self._nodes[node]
             self._expire(state, now_ms)
-            if not state.runs and not state.failures:
+            if not state.runs and not state.failures and not state.xids:
                 del self._nodes[node]
                 continue
             pairs.extend(
