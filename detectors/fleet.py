@@ -247,6 +247,14 @@ class FleetOutput:
     ecc_references: dict[int, float] = field(default_factory=dict)
 
 
+def _in_partitions(partitions: Iterable[str]) -> str:
+    """`` (partition a, b)`` for a title: the Slurm partitions named (up to three), or nothing."""
+    names = sorted({name for name in partitions if name})
+    if not names:
+        return ""
+    return f" (partition {', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
+
+
 def exact_quantile(sorted_values: list[int], q: float) -> float:
     """Nearest-rank quantile of already sorted values; 0.0 when there are none.
 
@@ -799,36 +807,22 @@ class FleetCore:
             failures = self._user_app_failures[user]
             runs = max(len(self._user_runs.get(user, ())), len(failures))
             reported = self._owner_reported.get(user, -(2**62))
-            partitions = sorted(
-                {c.partition for _, _, j in failures if (c := self._app_context.get(j)) and c.partition}
-            )
-            where = (
-                f" (partition {', '.join(partitions[:3])}{', ...' if len(partitions) > 3 else ''})"
-                if partitions
-                else ""
+            where = _in_partitions(
+                c.partition for _, _, j in failures if (c := self._app_context.get(j)) and c.partition
             )
             for ts_ms, node, job_id in failures:
                 if ts_ms <= reported:
                     continue
                 known = self._app_context.get(job_id)
-                context = (known,) if known is not None else ()
-                self._out.incidents.extend(
-                    self._incidents.observe(
-                        Finding(
-                            cluster=self._cluster_of.get(node, ""),
-                            kind=IncidentKind.JOB_APP_ERRORS,
-                            node=node,
-                            severity=Severity.WARN,
-                            detector="job_aware",
-                            score=len(failures) / runs,
-                            action=f"tell user {user}: their jobs fail with application errors wherever "
-                            "they run; no node action (draining would fix nothing)",
-                            title=f"Application errors follow user {user}'s jobs{where}: most of their "
-                            "runs fail with application XIDs",
-                            evidence=EvidenceItem(ts_ms, jobs=(job_id,), job_context=context),
-                            owner=user,
-                        )
-                    )
+                self._tell_owner(
+                    user,
+                    node,
+                    EvidenceItem(ts_ms, jobs=(job_id,), job_context=(known,) if known is not None else ()),
+                    len(failures) / runs,
+                    f"tell user {user}: their jobs fail with application errors wherever they run; no node "
+                    "action (draining would fix nothing)",
+                    f"Application errors follow user {user}'s jobs{where}: most of their runs fail with "
+                    "application XIDs",
                 )
             self._owner_reported[user] = failures[-1][0]
         self._evaluate_pinned_owners(now)
@@ -848,42 +842,41 @@ class FleetCore:
             failures.sort(key=lambda item: (item[0], item[1], item[2].job_id))
             reported = self._owner_reported.get(user, -(2**62))
             nodes = sorted({node for _, node, _, _ in failures})
-            partitions = sorted(
-                {f.context.partition for _, _, f, _ in failures if f.context and f.context.partition}
-            )
-            where = (
-                f" (partition {', '.join(partitions[:3])}{', ...' if len(partitions) > 3 else ''})"
-                if partitions
-                else ""
-            )
+            where = _in_partitions(f.context.partition for _, _, f, _ in failures if f.context)
             on = f"{', '.join(nodes[:3])}{', ...' if len(nodes) > 3 else ''}"
             for ts_ms, node, failure, share in failures:
                 if ts_ms <= reported:
                     continue
-                self._out.incidents.extend(
-                    self._incidents.observe(
-                        Finding(
-                            cluster=self._cluster_of.get(node, ""),
-                            kind=IncidentKind.JOB_APP_ERRORS,
-                            node=node,
-                            severity=Severity.WARN,
-                            detector="job_aware",
-                            score=share,
-                            action=f"tell user {user}: their jobs fail with application errors on "
-                            f"{on}, where other users' jobs succeed; no node action (draining would fix "
-                            "nothing)",
-                            title=f"Application errors follow user {user}'s jobs{where}: most of their "
-                            f"runs on {on} fail with application XIDs while other users' jobs there succeed",
-                            evidence=EvidenceItem(
-                                ts_ms,
-                                jobs=(failure.job_id,),
-                                job_context=(failure.context,) if failure.context is not None else (),
-                            ),
-                            owner=user,
-                        )
-                    )
+                context = (failure.context,) if failure.context is not None else ()
+                self._tell_owner(
+                    user,
+                    node,
+                    EvidenceItem(ts_ms, jobs=(failure.job_id,), job_context=context),
+                    share,
+                    f"tell user {user}: their jobs fail with application errors on {on}, where other "
+                    "users' jobs succeed; no node action (draining would fix nothing)",
+                    f"Application errors follow user {user}'s jobs{where}: most of their runs on {on} "
+                    "fail with application XIDs while other users' jobs there succeed",
                 )
             self._owner_reported[user] = max(reported, failures[-1][0])
+
+    def _tell_owner(
+        self, user: str, node: str, evidence: EvidenceItem, score: float, action: str, title: str
+    ) -> None:
+        """One application failure of ``user``'s as evidence of their ``job_app_errors`` incident."""
+        finding = Finding(
+            cluster=self._cluster_of.get(node, ""),
+            kind=IncidentKind.JOB_APP_ERRORS,
+            node=node,
+            severity=Severity.WARN,
+            detector="job_aware",
+            score=score,
+            action=action,
+            title=title,
+            evidence=evidence,
+            owner=user,
+        )
+        self._out.incidents.extend(self._incidents.observe(finding))
 
     def _evaluate_lemons(self, now: int) -> None:
         for verdict in self._lemons.evaluate(now):
