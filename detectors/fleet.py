@@ -55,6 +55,7 @@ from detectors.incidents import EvidenceItem, Finding, IncidentTracker, incident
 from detectors.jobs import JobContext, JobRun, load_older_layouts
 from detectors.lemon import LemonConfig, LemonTracker
 from detectors.mttf import SizeBuckets
+from detectors.node_users import NodeUserTracker, PinnedFailure
 from schemas.outputs import (
     Incident,
     IncidentKind,
@@ -198,6 +199,13 @@ class FleetConfig:
         hardware evidence) at least ``owner_min_failures`` times within ``owner_window_ms``, that
         being at least ``owner_min_share`` of the runs they started in it, gets a
         ``job_app_errors`` incident (a crash loop of their jobs, wherever they run).
+    owner_node_window_ms, owner_node_significance
+        Job-aware verdicts for a user whose jobs run on one node: over ``owner_node_window_ms``,
+        their application failures there are at least ``owner_min_failures`` and
+        ``owner_min_share`` of their runs there, and the other users' runs there failed so seldom
+        that a node failing jobs that often would have failed more of them with probability
+        ``1 - owner_node_significance`` (:mod:`detectors.node_users`): their errors on that node
+        are theirs (a ``job_app_errors`` incident), not the node's.
     ecc_reference_period_ms, ecc_reference_window_ms, ecc_reference_min_gpus
         The fleet's healthy ceiling of correctable rates: decided every period (a period uses the
         errors corrected before the previous one began, over the window before that), from the
@@ -221,6 +229,8 @@ class FleetConfig:
     ecc_reference_period_ms: int = HOUR_MS
     ecc_reference_window_ms: int = 7 * DAY_MS
     ecc_reference_min_gpus: int = 10
+    owner_node_window_ms: int = 28 * DAY_MS
+    owner_node_significance: float = 0.05
 
 
 @dataclass(slots=True)
@@ -235,6 +245,14 @@ class FleetOutput:
     #: ECC references: period start (ms) -> the correctable errors per day a healthy GPU of the
     #: fleet reaches at most (:data:`NO_ECC_REFERENCE`: none).
     ecc_references: dict[int, float] = field(default_factory=dict)
+
+
+def _in_partitions(partitions: Iterable[str]) -> str:
+    """`` (partition a, b)`` for a title: the Slurm partitions named (up to three), or nothing."""
+    names = sorted({name for name in partitions if name})
+    if not names:
+        return ""
+    return f" (partition {', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
 
 
 def exact_quantile(sorted_values: list[int], q: float) -> float:
@@ -332,9 +350,21 @@ class FleetCore:
         #: Job id -> the context of its run, for the application failures in the deques above.
         self._app_context: dict[str, JobContext] = {}
         #: Per user, the lemon signals their application evidence added before their errors were
-        #: seen to follow them: (signal, node, event time, job id), taken back once they are.
+        #: seen to follow them: (signal, node, event time, job id), taken back once they are (those
+        #: of the last ``owner_window_ms``; of one node, over ``owner_node_window_ms``, once their
+        #: errors on it are seen to be theirs).
         self._user_counted: dict[str, deque[tuple[str, str, int, str]]] = {}
+        self._node_users = self._new_node_users(config)
         self._init_ecc()
+
+    @staticmethod
+    def _new_node_users(config: FleetConfig) -> NodeUserTracker:
+        return NodeUserTracker(
+            config.owner_node_window_ms,
+            config.owner_min_failures,
+            config.owner_min_share,
+            config.owner_node_significance,
+        )
 
     def _init_ecc(self) -> None:
         #: Correctable errors of the reference window, (time, node, GPU, errors), oldest first,
@@ -374,6 +404,8 @@ class FleetCore:
             state["_user_app_jobs"] = {user: {job for _, _, job in runs} for user, runs in failed.items()}
         # Kept in lists before they were deques.
         state["_user_counted"] = {user: deque(c) for user, c in state.get("_user_counted", {}).items()}
+        if "_node_users" not in state:  # a checkpoint from before users pinned to a node
+            state["_node_users"] = self._new_node_users(state["config"])
         self.__dict__.update(state)
         if "_sbe" not in state:
             # A checkpoint from before the ECC reference: the fleet's errors are counted from the
@@ -541,6 +573,7 @@ class FleetCore:
                 self._decided = {k: end for k, end in self._decided.items() if end >= forget}
             else:
                 self._out.incidents.extend(self._incidents.resolve_idle(instant))
+                self._take_back_pinned(instant)
                 self._evaluate_lemons(instant)
                 self._evaluate_owners(instant)
                 self._next_lemon_ms = instant + every
@@ -573,22 +606,31 @@ class FleetCore:
         elif fact.kind == FAILED_JOB:
             if fact.value == FAILED_APPLICATION and fact.name:
                 self._app_failure(fact)
+                context = self._app_context.get(fact.key)
+                self._node_users.app_failure(fact.node, fact.name, fact.key, fact.ts_ms, context)
             follows = self._follows_user(fact.name, fact.ts_ms)
+            pinned = not follows and self._node_users.pinned(fact.name, fact.node, fact.ts_ms)
             if fact.value == FAILED_HARDWARE:
                 self._lemons.record_failed_job(fact.node, fact.key, fact.ts_ms)
-            elif not follows and self._lemons.record_failed_job(fact.node, fact.key, fact.ts_ms):
+            elif not (follows or pinned) and self._lemons.record_failed_job(fact.node, fact.key, fact.ts_ms):
                 self._counted(fact.name, "failed_jobs", fact.node, fact.ts_ms, fact.key)
             if follows and fact.value == FAILED_APPLICATION:
                 self._take_back(fact.name)
+            elif pinned and fact.value == FAILED_APPLICATION:
+                self._take_back_node(fact.name, fact.node, fact.ts_ms)
         elif fact.kind == APP_XID:
-            follows = self._follows_user(fact.name, fact.ts_ms)
-            if not follows and self._lemons.record_xid(fact.node, fact.ts_ms):
+            self._node_users.app_xid(fact.node, fact.key, fact.ts_ms)
+            if not self._theirs(fact.name, fact.node, fact.ts_ms) and self._lemons.record_xid(
+                fact.node, fact.ts_ms
+            ):
                 self._counted(fact.name, "xid_days", fact.node, fact.ts_ms, "")
         elif fact.kind == RUN:
             if fact.value and fact.name:
                 self._user_runs.setdefault(fact.name, deque()).append(fact.ts_ms)
                 self._expire_user(fact.name, fact.ts_ms)
-            if not self._follows_user(fact.name, fact.ts_ms):
+            if fact.name:
+                self._node_users.run(fact.node, fact.name, fact.ts_ms)
+            if not self._theirs(fact.name, fact.node, fact.ts_ms):
                 self._lemons.record(fact.node, "job_runs", fact.ts_ms)
                 self._counted(fact.name, "job_runs", fact.node, fact.ts_ms, "")
         elif fact.kind == ECC_SBE:
@@ -666,13 +708,21 @@ class FleetCore:
         runs = max(len(self._user_runs.get(user, ())), failures)
         return failures >= self.config.owner_min_failures and failures >= self.config.owner_min_share * runs
 
+    def _theirs(self, user: str, node: str, ts_ms: int) -> bool:
+        """Whether ``user``'s application evidence on ``node`` is theirs at ``ts_ms``: their errors
+        follow them wherever they run, or on this node most of their runs fail while the other
+        users' runs there do not."""
+        return self._follows_user(user, ts_ms) or self._node_users.pinned(user, node, ts_ms)
+
     def _counted(self, user: str, signal: str, node: str, ts_ms: int, job_id: str) -> None:
-        """Remember a lemon signal a user's application evidence added (for :meth:`_take_back`)."""
+        """Remember a lemon signal a user's application evidence added (for :meth:`_take_back`
+        and :meth:`_take_back_node`)."""
         if not user:
             return
         counted = self._user_counted.setdefault(user, deque())
-        since = ts_ms - self.config.owner_window_ms
-        while counted and counted[0][2] <= since:  # older than the window that could flag the user
+        # Older than both windows that could show the evidence to be the user's.
+        since = ts_ms - max(self.config.owner_window_ms, self.config.owner_node_window_ms)
+        while counted and counted[0][2] <= since:
             counted.popleft()
         counted.append((signal, node, ts_ms, job_id))
 
@@ -680,8 +730,50 @@ class FleetCore:
         """The user's errors follow them: what their application evidence of the window that showed
         it added to their nodes' lemon signals is theirs, not the nodes' (the first failures were
         counted before the pattern could be seen; a lemon verdict in between would blame a node)."""
-        for signal, node, ts_ms, job_id in self._user_counted.pop(user, ()):
-            self._lemons.forget(node, signal, ts_ms, job_id)
+        counted = self._user_counted.get(user)
+        if not counted:
+            return
+        since = counted[-1][2] - self.config.owner_window_ms  # the window up to their latest signal
+        kept: deque[tuple[str, str, int, str]] = deque()
+        for item in counted:
+            signal, node, ts_ms, job_id = item
+            if ts_ms > since:
+                self._lemons.forget(node, signal, ts_ms, job_id)
+            else:
+                kept.append(item)
+        self._set_counted(user, kept)
+
+    def _take_back_node(self, user: str, node: str, now_ms: int) -> None:
+        """The user's errors on ``node`` are theirs (:meth:`_theirs`): what their evidence added to
+        the node's lemon signals over the window that showed it is taken back (with one failure a
+        day, their first days would otherwise have made the node a lemon before the pattern was
+        plain)."""
+        counted = self._user_counted.get(user)
+        if not counted:
+            return
+        since = now_ms - self.config.owner_node_window_ms
+        kept: deque[tuple[str, str, int, str]] = deque()
+        for item in counted:
+            signal, where, ts_ms, job_id = item
+            if where == node and ts_ms > since:
+                self._lemons.forget(node, signal, ts_ms, job_id)
+            else:
+                kept.append(item)
+        self._set_counted(user, kept)
+
+    def _take_back_pinned(self, now: int) -> None:
+        """Before a lemon verdict: the evidence of each user whose errors on a node are now seen to
+        be theirs is taken back from it (other users' runs there that succeeded since their last
+        failure can show it as well as a new failure can)."""
+        for user, node in self._node_users.candidates(now):
+            if user in self._user_counted and self._node_users.pinned(user, node, now):
+                self._take_back_node(user, node, now)
+
+    def _set_counted(self, user: str, kept: deque[tuple[str, str, int, str]]) -> None:
+        if kept:
+            self._user_counted[user] = kept
+        else:
+            del self._user_counted[user]
 
     def _expire_user(self, user: str, now_ms: int) -> None:
         since = now_ms - self.config.owner_window_ms
@@ -716,38 +808,76 @@ class FleetCore:
             failures = self._user_app_failures[user]
             runs = max(len(self._user_runs.get(user, ())), len(failures))
             reported = self._owner_reported.get(user, -(2**62))
-            partitions = sorted(
-                {c.partition for _, _, j in failures if (c := self._app_context.get(j)) and c.partition}
-            )
-            where = (
-                f" (partition {', '.join(partitions[:3])}{', ...' if len(partitions) > 3 else ''})"
-                if partitions
-                else ""
+            where = _in_partitions(
+                c.partition for _, _, j in failures if (c := self._app_context.get(j)) and c.partition
             )
             for ts_ms, node, job_id in failures:
                 if ts_ms <= reported:
                     continue
                 known = self._app_context.get(job_id)
-                context = (known,) if known is not None else ()
-                self._out.incidents.extend(
-                    self._incidents.observe(
-                        Finding(
-                            cluster=self._cluster_of.get(node, ""),
-                            kind=IncidentKind.JOB_APP_ERRORS,
-                            node=node,
-                            severity=Severity.WARN,
-                            detector="job_aware",
-                            score=len(failures) / runs,
-                            action=f"tell user {user}: their jobs fail with application errors wherever "
-                            "they run; no node action (draining would fix nothing)",
-                            title=f"Application errors follow user {user}'s jobs{where}: most of their "
-                            "runs fail with application XIDs",
-                            evidence=EvidenceItem(ts_ms, jobs=(job_id,), job_context=context),
-                            owner=user,
-                        )
-                    )
+                self._tell_owner(
+                    user,
+                    node,
+                    EvidenceItem(ts_ms, jobs=(job_id,), job_context=(known,) if known is not None else ()),
+                    len(failures) / runs,
+                    f"tell user {user}: their jobs fail with application errors wherever they run; no node "
+                    "action (draining would fix nothing)",
+                    f"Application errors follow user {user}'s jobs{where}: most of their runs fail with "
+                    "application XIDs",
                 )
             self._owner_reported[user] = failures[-1][0]
+        self._evaluate_pinned_owners(now)
+
+    def _evaluate_pinned_owners(self, now: int) -> None:
+        """At each verdict instant: a user whose runs on a node mostly fail while the other users'
+        runs there do not (and whose errors are not seen to follow them everywhere, above) hears of
+        it like a user whose jobs crash wherever they run: the same incident, one per user."""
+        pinned: dict[str, list[tuple[int, str, PinnedFailure, float]]] = {}
+        for user, node in self._node_users.candidates(now):
+            if not self._node_users.pinned(user, node, now) or self._follows_user(user, now):
+                continue
+            share = self._node_users.share(user, node)
+            found = self._node_users.failures(user, node)
+            pinned.setdefault(user, []).extend((f.ts_ms, node, f, share) for f in found)
+        for user, failures in pinned.items():
+            failures.sort(key=lambda item: (item[0], item[1], item[2].job_id))
+            reported = self._owner_reported.get(user, -(2**62))
+            nodes = sorted({node for _, node, _, _ in failures})
+            where = _in_partitions(f.context.partition for _, _, f, _ in failures if f.context)
+            on = f"{', '.join(nodes[:3])}{', ...' if len(nodes) > 3 else ''}"
+            for ts_ms, node, failure, share in failures:
+                if ts_ms <= reported:
+                    continue
+                context = (failure.context,) if failure.context is not None else ()
+                self._tell_owner(
+                    user,
+                    node,
+                    EvidenceItem(ts_ms, jobs=(failure.job_id,), job_context=context),
+                    share,
+                    f"tell user {user}: their jobs fail with application errors on {on}, where other "
+                    "users' jobs succeed; no node action (draining would fix nothing)",
+                    f"Application errors follow user {user}'s jobs{where}: most of their runs on {on} "
+                    "fail with application XIDs while other users' jobs there succeed",
+                )
+            self._owner_reported[user] = max(reported, failures[-1][0])
+
+    def _tell_owner(
+        self, user: str, node: str, evidence: EvidenceItem, score: float, action: str, title: str
+    ) -> None:
+        """One application failure of ``user``'s as evidence of their ``job_app_errors`` incident."""
+        finding = Finding(
+            cluster=self._cluster_of.get(node, ""),
+            kind=IncidentKind.JOB_APP_ERRORS,
+            node=node,
+            severity=Severity.WARN,
+            detector="job_aware",
+            score=score,
+            action=action,
+            title=title,
+            evidence=evidence,
+            owner=user,
+        )
+        self._out.incidents.extend(self._incidents.observe(finding))
 
     def _evaluate_lemons(self, now: int) -> None:
         for verdict in self._lemons.evaluate(now):

@@ -1,10 +1,11 @@
-"""How surprising a count is: the Poisson tail in ``-log10`` units, shared by the count detectors."""
+"""How surprising a count is: the Poisson tail in ``-log10`` units, shared by the count detectors, and
+the binomial lower tail (how unlikely so few failures among so many runs are)."""
 
 from __future__ import annotations
 
 import math
 
-__all__ = ["poisson_surprise"]
+__all__ = ["binomial_at_most", "poisson_surprise"]
 
 
 def poisson_surprise(count: int, mean: float) -> float:
@@ -42,3 +43,25 @@ def poisson_surprise(count: int, mean: float) -> float:
         k += 1
         term *= mean / k
     return -math.log10(max(tail, 1e-300))
+
+
+def binomial_at_most(count: int, trials: int, p: float) -> float:
+    """``P(N <= count)`` for ``N ~ Binomial(trials, p)``: how likely as few as ``count`` successes are.
+
+    >>> binomial_at_most(0, 4, 0.5), binomial_at_most(0, 1, 1.0), binomial_at_most(3, 3, 0.9)
+    (0.0625, 0.0, 1.0)
+    >>> round(binomial_at_most(1, 10, 0.6), 5)
+    0.00168
+    """
+    if count >= trials or p <= 0.0:
+        return 1.0
+    if count < 0:
+        return 0.0
+    if p >= 1.0:
+        return 0.0
+    log_p, log_q = math.log(p), math.log1p(-p)
+    total = 0.0
+    for k in range(count + 1):
+        log_comb = math.lgamma(trials + 1) - math.lgamma(k + 1) - math.lgamma(trials - k + 1)
+        total += math.exp(log_comb + k * log_p + (trials - k) * log_q)
+    return min(total, 1.0)

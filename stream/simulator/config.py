@@ -130,6 +130,10 @@ class SimulationConfig:
     # A name of FAULT_TRACES: the critical faults and lemons are that trace's (its fault times,
     # servers and classes; hardware_failure_rate and the lemon_* knobs are then not used); "": drawn
     fault_trace: str = ""
+    crash_loop_failed_fraction: float = 1.0  # share of a crash-looping user's jobs that fail (rest complete)
+    # > 0: a crash-looping job's failure logs 1 to this many lines on one GPU (a debug job's few
+    # lines); 0: the failure burst of any job failing for user reasons (1 to 3 GPUs, 1 to 3 lines each)
+    crash_loop_max_lines: int = 0
 
     def __post_init__(self) -> None:
         # Same value, same bytes: days=3 and days=3.0 must write the same truth.json. (The
@@ -184,6 +188,7 @@ class SimulationConfig:
                 0 <= self.crash_loop_pinned_users <= min(self.crash_loop_users, self.nodes),
                 "crash_loop_pinned_users must be within 0..crash_loop_users (and at most nodes)",
             ),
+            (self.crash_loop_max_lines >= 0, "crash_loop_max_lines must be >= 0"),
             (self.cluster.strip() != "", "cluster must not be empty"),
             (
                 self.fault_trace in ("", *FAULT_TRACES),
@@ -212,6 +217,7 @@ class SimulationConfig:
             "xid_storm_kill_probability": self.xid_storm_kill_probability,
             "xid_storm_gpu_fraction": self.xid_storm_gpu_fraction,
             "nvlink_reset_burst_probability": self.nvlink_reset_burst_probability,
+            "crash_loop_failed_fraction": self.crash_loop_failed_fraction,
         }
         for name, value in fractions.items():
             if not 0 <= value <= 1:

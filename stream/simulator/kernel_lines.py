@@ -94,7 +94,8 @@ def kernel_events(
         Maintenance reboots, each followed by boot lines.
     crash_loop_users
         Users whose jobs crash wherever they run: each of their FAILED jobs dies with
-        application XIDs (:data:`~stream.simulator.planted.crashloop.CRASH_LOOP_XIDS`).
+        application XIDs (:data:`~stream.simulator.planted.crashloop.CRASH_LOOP_XIDS`), a few
+        lines on one GPU when ``config.crash_loop_max_lines`` is set.
 
     Returns
     -------
@@ -151,7 +152,10 @@ def kernel_events(
             if draw < config.app_xid_healthy_probability:
                 _transient(job, job.end_ms, used, rng, xids)
         elif job.user in crash_loop_users and job.state is JobState.FAILED:
-            _failure_burst(job, _pick(rng, CRASH_LOOP_XIDS), used, rng, xids)
+            if config.crash_loop_max_lines:
+                _debug_failure(job, config.crash_loop_max_lines, used, rng, xids)
+            else:
+                _failure_burst(job, _pick(rng, CRASH_LOOP_XIDS), used, rng, xids)
         else:
             probability = _APP_XID_STATE_PROBABILITY.get(job.state, config.app_xid_failed_probability)
             if draw < probability:
@@ -204,6 +208,23 @@ def _failure_burst(
                     break
                 out.append(XidRecord(line_us(ts_ms, rng), node, gpu, code, pid, job.process))
                 ts_ms += int(rng.integers(1, 2_000))
+
+
+def _debug_failure(
+    job: JobRecord, max_lines: int, used: int, rng: np.random.Generator, out: list[XidRecord]
+) -> None:
+    """A debug job's failure: one to ``max_lines`` crash-loop XIDs on one GPU of its node, seconds
+    apart, in the minutes before it ends (a process dying once, no storm)."""
+    assert job.end_ms is not None
+    node = job.nodes[0]
+    gpu = int(rng.integers(0, used))
+    pid = job_pid(job.index, node)
+    ts_ms = max(job.end_ms - int(rng.integers(15_000, 5 * MINUTE_MS)), job.start_ms + SECOND_MS)
+    for _ in range(int(rng.integers(1, max_lines + 1))):
+        if ts_ms >= job.end_ms:
+            break
+        out.append(XidRecord(line_us(ts_ms, rng), node, gpu, _pick(rng, CRASH_LOOP_XIDS), pid, job.process))
+        ts_ms += int(rng.integers(200, 5_000))
 
 
 def _transient(

@@ -6,9 +6,10 @@ flapping NVLinks, lemons with few or many failures) for a score to mean somethin
 its size, at one DCGM scrape interval and one history length; the ground truth comes with it
 (``truth.json``), as for any simulation. The job-aware cells plant no fault but application
 errors that follow a user: a user whose jobs crash wherever they run, one whose jobs all crash on
-one node, and (a lemon cell) crash-looping users on a fleet with lemons. The trace cell replays a
-real cluster's fault process (:mod:`stream.simulator.trace`): its faults are the critical ones, its
-worst servers the lemons. :func:`cell_config` makes the configuration of a cell for a seed.
+one node, a debug user on one node whose jobs fail a few times a day, and (a lemon cell)
+crash-looping users on a fleet with lemons. The trace cell replays a real cluster's fault process
+(:mod:`stream.simulator.trace`): its faults are the critical ones, its worst servers the lemons.
+:func:`cell_config` makes the configuration of a cell for a seed.
 
 Seeds are split: :data:`TUNING_SEEDS` are the ones the detectors' thresholds were tuned on (with
 the project's long-standing seeds 1 to 3 at 1,000 nodes); :data:`HELD_OUT_SEEDS` were never looked
@@ -209,9 +210,21 @@ CELLS: Final[tuple[MatrixCell, ...]] = (
     _lemon(12.0, 500, 90, 6),
     # Job-aware verdicts: application errors that follow a user are no node's fault. A user whose
     # jobs crash wherever they run; one whose every job runs, and crashes, on one node (the issue's
-    # case, on the issue's 96-node fleet); lemons with many users' failures beside a crash loop.
+    # case, on the issue's 96-node fleet); a debug user on one node whose jobs fail a few times a
+    # day, most but not all of them, with one to five application XID lines each (no storm, never
+    # five failures within a day); lemons with many users' failures beside a crash loop.
     _aware("anywhere", 256, 14, crash_loop_users=2),
     _aware("pinned", 96, 14, crash_loop_users=1, crash_loop_pinned_users=1),
+    _aware(
+        "pinned-debug",
+        96,
+        14,
+        crash_loop_users=1,
+        crash_loop_pinned_users=1,
+        crash_loop_jobs_per_day=4.0,
+        crash_loop_failed_fraction=0.75,
+        crash_loop_max_lines=5,
+    ),
     _lemon(10.0, 128, 21, 3, crash_loop_users=1),
     # A real fault process: InfiniteHBD-Trace, 584 faults on 400 GPU servers over 349 days.
     _trace("infinitehbd"),

@@ -8,6 +8,11 @@
     the next job crashes elsewhere. The scheduler spreads them over the fleet, so they also land
     on lemon nodes (a node with a real fault *and* a crash-looping user's failures).
 
+``crash_loop_failed_fraction``, ``crash_loop_max_lines``
+    A debug session rather than a loop: only this share of their jobs fail (the rest complete),
+    and a failure logs one to ``crash_loop_max_lines`` lines on one GPU, no storm
+    (:mod:`stream.simulator.kernel_lines`).
+
 ``crash_loop_pinned_users``
     The first of them run every job on one node of their own (drawn at random: a debug node
     they name with ``--nodelist``), the issue's case: the same node sees their crash loop day
@@ -74,11 +79,15 @@ def add_crash_loops(
     runtime = rng.integers(_RUN_MIN_MS // SECOND_MS, _RUN_MAX_MS // SECOND_MS, size=count) * SECOND_MS
     gpus = np.array(_GPU_CHOICES, dtype=np.int64)[rng.integers(0, len(_GPU_CHOICES), size=count)]
     gpus = np.minimum(gpus, config.gpus_per_node)
+    outcome = np.full(count, JobOutcome.FAILED, dtype=np.int64)
+    if config.crash_loop_failed_fraction < 1.0:  # drawn only then: the default draws nothing more
+        completed = rng.random(count) >= config.crash_loop_failed_fraction
+        outcome[completed] = JobOutcome.COMPLETED
     extra = Demand(
         nnodes=np.ones(count, dtype=np.int64),
         gpus=gpus.astype(np.int64),
         runtime_ms=runtime.astype(np.int64),
-        outcome=np.full(count, JobOutcome.FAILED, dtype=np.int64),
+        outcome=outcome,
         user=users,
         name=np.full(count, JOB_NAMES.index("interactive"), dtype=np.int64),
         process=rng.integers(0, 3, size=count, dtype=np.int64),
