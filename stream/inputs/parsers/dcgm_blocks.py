@@ -40,7 +40,7 @@ from stream.inputs.parsers.options import ParseOptions
 __all__ = ["BLOCK_BYTES", "DcgmBlockParser", "parse_dcgm_file"]
 
 #: Bytes read at a time from a plain file (then cut after its last whole line).
-BLOCK_BYTES: Final = 8 << 20
+BLOCK_BYTES: Final = 1 << 20
 
 _NAMES: Final = sorted(_WANTED, key=len, reverse=True)
 # A line that starts with a read metric name (the newline before it included).
