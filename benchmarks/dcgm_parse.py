@@ -32,7 +32,8 @@ EXPORTER_METRICS = (
     "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK", "DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_GPU_TEMP",
     "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
     "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_ENC_UTIL", "DCGM_FI_DEV_DEC_UTIL",
-    "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+    "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
     "DCGM_FI_DEV_VGPU_LICENSE_STATUS", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
     "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
     "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE", "DCGM_FI_PROF_PCIE_TX_BYTES",
@@ -74,13 +75,19 @@ def _new(path: Path) -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("files", nargs="*", type=Path)
     parser.add_argument("--workdir", type=Path, required=True, help="the written inputs go here")
     parser.add_argument("--nodes", type=int, default=512, help="simulated fleet (8 GPUs a node)")
     parser.add_argument("--hours", type=float, default=24, help="simulated history (15-minute scrapes)")
-    parser.add_argument("--exporter-nodes", type=int, default=96, help="exporter-like history's nodes (96 scrapes)")
-    parser.add_argument("--runs", type=int, default=3, help="runs of each side, taking turns; the median counts")
+    parser.add_argument(
+        "--exporter-nodes", type=int, default=96, help="exporter-like history's nodes (96 scrapes)"
+    )
+    parser.add_argument(
+        "--runs", type=int, default=3, help="runs of each side, taking turns; the median counts"
+    )
     args = parser.parse_args()
     tune_for_streaming()
 

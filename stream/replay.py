@@ -178,7 +178,12 @@ def run_files(
     """
     started = time.perf_counter()
     inputs = MergedInputs(
-        paths, options, fmt, settings.allowed_lateness_seconds * 1000, settings.parse_ahead_min_bytes
+        paths,
+        options,
+        fmt,
+        settings.allowed_lateness_seconds * 1000,
+        settings.parse_ahead_min_bytes,
+        settings.parse_helpers,
     )
     policy = DeadLetterPolicy.from_settings(settings)
     pipeline = RecordPipeline(core, sink, dead_letters or NoDeadLetters(), settings.allowed_lateness_seconds)

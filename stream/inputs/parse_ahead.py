@@ -45,7 +45,7 @@ from schemas.records import EccSample, InvalidRecord, Record
 from stream.inputs.parsers import open_input, parse_open_file
 from stream.inputs.parsers.options import Format, ParseOptions
 
-__all__ = ["ParseAheadError", "ParsedAhead", "pack_items", "parse_ahead_wanted", "unpack_items"]
+__all__ = ["ParseAheadError", "ParsedAhead", "Segments", "pack_items", "parse_ahead_wanted", "unpack_items"]
 
 #: Items a chunk: large enough that a frame's overhead vanishes, small enough that the replay
 #: starts within milliseconds and the pipe holds little.
@@ -137,10 +137,20 @@ class ParsedAhead:
         The name records and dead letters carry (the path as given).
     chunk_items
         Items the helper sends at a time.
+    parts
+        ``(helper, helpers, part_bytes)``: parse only parts ``helper``, ``helper + helpers`` … of an
+        uncompressed DCGM file cut into parts (:mod:`stream.inputs.dcgm_parts`, which reads the
+        frames with :meth:`frames`).
     """
 
     def __init__(
-        self, path: Path, fmt: Format, options: ParseOptions, source: str, chunk_items: int = _CHUNK_ITEMS
+        self,
+        path: Path,
+        fmt: Format,
+        options: ParseOptions,
+        source: str,
+        chunk_items: int = _CHUNK_ITEMS,
+        parts: tuple[int, int, int] | None = None,
     ) -> None:
         self.source = source
         self._position = 0
@@ -156,7 +166,7 @@ class ParsedAhead:
         )
         assert self._process.stdin is not None and self._process.stdout is not None
         self._out: IO[bytes] = self._process.stdout
-        self._process.stdin.write(pickle.dumps((str(path), fmt.value, options, source, chunk_items)))
+        self._process.stdin.write(pickle.dumps((str(path), fmt.value, options, source, chunk_items, parts)))
         self._process.stdin.close()
 
     def position(self) -> int:
@@ -165,17 +175,23 @@ class ParsedAhead:
 
     def __iter__(self) -> Iterator[Record | InvalidRecord]:
         try:
-            while True:
-                kind, position, payload = self._next_frame()
-                if kind == "error":
-                    raise ParseAheadError(f"{self.source}: the parser process failed: {payload}")
-                self._position = position
+            for _kind, payload in self.frames():
                 yield from unpack_items(payload)
-                if kind == "end":
-                    self._finished = True
-                    return
         finally:
             self.close()
+
+    def frames(self) -> Iterator[tuple[str, Any]]:
+        """``(kind, payload)`` of each frame up to and with the last (``"end"``); the position is kept."""
+        while True:
+            kind, position, payload = self._next_frame()
+            if kind == "error":
+                raise ParseAheadError(f"{self.source}: the parser process failed: {payload}")
+            self._position = position
+            if kind == "end":
+                self._finished = True
+            yield kind, payload
+            if kind == "end":
+                return
 
     def _next_frame(self) -> tuple[str, int, Any]:
         header = self._out.read(_HEADER.size)
@@ -227,7 +243,7 @@ class _FrameWriter:
                 self._out.write(_HEADER.pack(len(data)))
                 self._out.write(data)
                 self._out.flush()
-            except BaseException as exc:  # noqa: BLE001  # a closed pipe: told to the parser
+            except BaseException as exc:  # a closed pipe: told to the parser
                 self._failed = exc
 
     def write(self, kind: str, position: int, payload: object) -> None:
@@ -247,11 +263,17 @@ def _serve(stdin: IO[bytes], out: IO[bytes]) -> int:
     """The helper: parse the file named on ``stdin``, write its frames to ``out``."""
     from stream.gc_tuning import tune_for_streaming
 
-    path, fmt, options, source, chunk_items = pickle.loads(stdin.read())
+    path, fmt, options, source, chunk_items, parts = pickle.loads(stdin.read())
     tune_for_streaming()
     writer = _FrameWriter(out)
     try:
         try:
+            if parts is not None:
+                from stream.inputs.dcgm_parts import serve_parts
+
+                serve_parts(writer.write, Path(path), options, source, chunk_items, *parts)
+                writer.close()
+                return 0
             handle = open_input(Path(path))
             raw = getattr(handle, "fileobj", None) or handle
             items: list[Record | InvalidRecord] = []

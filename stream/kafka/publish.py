@@ -154,7 +154,12 @@ async def publish(
     ``records_per_message`` 1 sends every record as a message of its own."""
     started = time.perf_counter()
     inputs = MergedInputs(
-        paths, options, fmt, settings.allowed_lateness_seconds * 1000, settings.parse_ahead_min_bytes
+        paths,
+        options,
+        fmt,
+        settings.allowed_lateness_seconds * 1000,
+        settings.parse_ahead_min_bytes,
+        settings.parse_helpers,
     )
     summary = PublishSummary(sources=inputs.sources)
     lateness_s = settings.allowed_lateness_seconds

@@ -60,11 +60,11 @@ from stream.inputs.parsers.options import ParseOptions, default_node, invalid
 
 __all__ = [
     "DCGM_BLANKS",
+    "METRIC_COUNTERS",
+    "XID_METRIC",
     "DcgmItem",
     "DcgmState",
     "PendingXid",
-    "METRIC_COUNTERS",
-    "XID_METRIC",
     "gpu_of_labels",
     "is_dcgm_blank",
     "parse_dcgm",
@@ -311,7 +311,10 @@ class DcgmState:
         if not parts or len(parts) > 2:
             out.append(
                 invalid(
-                    f"{name.decode()}: expected 'VALUE [TIMESTAMP_MS]' after the labels", line, self.source, line_no
+                    f"{name.decode()}: expected 'VALUE [TIMESTAMP_MS]' after the labels",
+                    line,
+                    self.source,
+                    line_no,
                 )
             )
             return
@@ -327,7 +330,8 @@ class DcgmState:
             except ValueError:
                 out.append(
                     invalid(
-                        f"{name.decode()}: time stamp {parts[1].decode('utf-8', 'replace')!r} is not integer ms",
+                        f"{name.decode()}: time stamp {parts[1].decode('utf-8', 'replace')!r} "
+                        "is not integer ms",
                         line,
                         self.source,
                         line_no,
@@ -361,7 +365,9 @@ class DcgmState:
         else:
             group.xid = (value, line_no)
 
-    def xid(self, ts_ms: int, node: str, gpu: int, pci: str, value: int, line_no: int, out: list[DcgmItem]) -> None:
+    def xid(
+        self, ts_ms: int, node: str, gpu: int, pci: str, value: int, line_no: int, out: list[DcgmItem]
+    ) -> None:
         """Field 230 of one GPU read at ``ts_ms``: an event when it changed to a code."""
         key = (node, gpu)
         previous = self.last_xid.get(key, 0)

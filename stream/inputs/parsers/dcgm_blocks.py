@@ -34,7 +34,7 @@ from operator import itemgetter
 from typing import IO, Final
 
 from schemas.records import EccSample, InvalidRecord
-from stream.inputs.parsers.dcgm import _INT32_BLANK, _WANTED, DcgmItem, DcgmState, _Group
+from stream.inputs.parsers.dcgm import _INT32_BLANK, _WANTED, DcgmItem, DcgmState
 from stream.inputs.parsers.options import ParseOptions
 
 __all__ = ["BLOCK_BYTES", "DcgmBlockParser", "parse_dcgm_file"]
@@ -119,7 +119,9 @@ class DcgmBlockParser(DcgmState):
         Read a part of a file that begins with a scrape (see :class:`DcgmState`).
     """
 
-    def __init__(self, options: ParseOptions, source: str, *, first_line: int = 1, part: bool = False) -> None:
+    def __init__(
+        self, options: ParseOptions, source: str, *, first_line: int = 1, part: bool = False
+    ) -> None:
         super().__init__(options, source, part=part)
         self.line_no = first_line  # number of the next line fed
         self.columns: _Columns | None = None
@@ -188,7 +190,9 @@ class DcgmBlockParser(DcgmState):
                 stamps = tokens[1::2]
                 if stamps.count(stamps[0]) == count:
                     values = list(map(int, tokens[0::2]))
-                    if max(values) < _INT32_BLANK and self._bulk(name, pieces[1::3], values, int(stamps[0]), line_no, out):
+                    if max(values) < _INT32_BLANK and self._bulk(
+                        name, pieces[1::3], values, int(stamps[0]), line_no, out
+                    ):
                         return count
         lines = run.split(b"\n")
         lines.pop()
@@ -197,7 +201,13 @@ class DcgmBlockParser(DcgmState):
         return len(lines)
 
     def _bulk(
-        self, name: bytes, label_bytes: list[bytes], values: list[int], ts_ms: int, line_no: int, out: list[DcgmItem]
+        self,
+        name: bytes,
+        label_bytes: list[bytes],
+        values: list[int],
+        ts_ms: int,
+        line_no: int,
+        out: list[DcgmItem],
     ) -> bool:
         """Add a plain run to the scrape as a column; False (nothing done) when it must go line by line."""
         cache = self._bulk_labels
@@ -244,7 +254,9 @@ class DcgmBlockParser(DcgmState):
         ts_ms = columns.ts_ms
         apply = super().apply
         for metric in columns.metrics:
-            for labels, value, line in zip(columns.labels, metric.values, metric.line_numbers(), strict=False):
+            for labels, value, line in zip(
+                columns.labels, metric.values, metric.line_numbers(), strict=False
+            ):
                 apply(ts_ms, labels, metric.counter, value, line)
 
     def _flush_columns(self, out: list[DcgmItem]) -> None:
@@ -262,7 +274,9 @@ class DcgmBlockParser(DcgmState):
         lines: Sequence[int] = range(0)
         if counters:
             names = [metric.counter for metric in counters]
-            samples = list(map(dict, map(zip, repeat(names), zip(*(metric.values for metric in counters)))))
+            samples = list(
+                map(dict, map(zip, repeat(names), zip(*(metric.values for metric in counters), strict=True)))
+            )
             lines = counters[0].line_numbers()
         xids: Sequence[int] | None = None
         xid_lines: Sequence[int] = range(0)
@@ -368,7 +382,9 @@ def parse_dcgm_file(handle: IO[bytes], options: ParseOptions, source: str) -> It
     yield from out
 
 
-def _gzip_blocks(handle: gzip.GzipFile, parser: DcgmBlockParser, out: list[DcgmItem], source: str) -> Iterator[DcgmItem]:
+def _gzip_blocks(
+    handle: gzip.GzipFile, parser: DcgmBlockParser, out: list[DcgmItem], source: str
+) -> Iterator[DcgmItem]:
     """A gzip file's lines in blocks; a damaged stream ends with a dead letter after its last line."""
     batch: list[bytes] = []
     size = 0

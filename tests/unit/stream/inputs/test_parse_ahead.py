@@ -130,12 +130,21 @@ def test_samples_cross_as_messagepack_and_come_back_equal_in_order() -> None:
     from stream.inputs.parse_ahead import pack_items, unpack_items
 
     def sample(ts_ms: int, value: int) -> EccSample:
-        return EccSample(ts_ms=ts_ms, cluster="c", node="n1", gpu=0, counters={"sbe_volatile": value}, source="f:1")
+        return EccSample(
+            ts_ms=ts_ms, cluster="c", node="n1", gpu=0, counters={"sbe_volatile": value}, source="f:1"
+        )
 
     xid = XidEvent(ts_ms=1_705_312_800_000, cluster="c", node="n1", xid=79, source="f:2")
     letter = InvalidRecord("bad", raw=b"x", source="f", location="line 3")
     # the last run holds a time stamp and a count the wire's checks refuse: it still comes back as it was
-    items = [sample(1_705_312_800_000, 1), sample(1_705_312_800_001, 2), xid, letter, sample(5, 2**40), sample(6, 0)]
+    items = [
+        sample(1_705_312_800_000, 1),
+        sample(1_705_312_800_001, 2),
+        xid,
+        letter,
+        sample(5, 2**40),
+        sample(6, 0),
+    ]
     segments = pack_items(items)
     assert [type(segment) for segment in segments] == [bytes, list, bytes]
     back = list(unpack_items(segments))

@@ -61,12 +61,16 @@ def _labels(node: str, gpu: int, extra: str = "") -> str:
     return f'{{gpu="{gpu}",UUID="GPU-{node}-{gpu}",pci_bus_id="00000000:{gpu + 7:02X}:00.0",Hostname="{node}"{extra}}}'
 
 
-def _scrape(ts: int, nodes: int = 3, gpus: int = 4, value: int = 0, metrics: tuple[str, ...] = METRICS) -> str:
+def _scrape(
+    ts: int, nodes: int = 3, gpus: int = 4, value: int = 0, metrics: tuple[str, ...] = METRICS
+) -> str:
     lines = []
     for metric in metrics:
         lines += [f"# HELP {metric} help text", f"# TYPE {metric} counter"]
         lines += [
-            f"{metric}{_labels(f'node{n:02d}', g)} {value + n + g} {ts}" for n in range(nodes) for g in range(gpus)
+            f"{metric}{_labels(f'node{n:02d}', g)} {value + n + g} {ts}"
+            for n in range(nodes)
+            for g in range(gpus)
         ]
     return "\n".join(lines) + "\n"
 
@@ -117,11 +121,19 @@ def test_gpus_not_in_node_order_are_sorted_as_the_reference_sorts_them() -> None
 def test_comments_help_type_and_series_we_do_not_read() -> None:
     text = (
         "# a comment\n"
-        + "DCGM_FI_DEV_GPU_TEMP" + _labels("node00", 0) + " 41 1705312800000\n"
+        + "DCGM_FI_DEV_GPU_TEMP"
+        + _labels("node00", 0)
+        + " 41 1705312800000\n"
         + _scrape(1_705_312_800_000, nodes=2, gpus=2)
-        + "DCGM_FI_DEV_SM_CLOCK" + _labels("node00", 0) + " 1410 1705312800000\n"
-        + "  DCGM_FI_DEV_ECC_SBE_VOL_TOTAL" + _labels("node00", 0) + " 5 1705312800000\n"  # indented: not read
-        + "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL_X" + _labels("node00", 0) + " 5 1705312800000\n"  # another metric
+        + "DCGM_FI_DEV_SM_CLOCK"
+        + _labels("node00", 0)
+        + " 1410 1705312800000\n"
+        + "  DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"
+        + _labels("node00", 0)
+        + " 5 1705312800000\n"  # indented: not read
+        + "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL_X"
+        + _labels("node00", 0)
+        + " 5 1705312800000\n"  # another metric
         + _scrape(1_705_313_700_000, nodes=2, gpus=2)
     )
     _same_everywhere(text.encode())
@@ -150,7 +162,13 @@ def test_nan_garbage_negative_blank_and_stale_values() -> None:
     broken[17] = row.replace("ECC_SBE", "ECC_DBE") + " 2147483634 1705312800000\n"  # an INT32 blank
     broken[20] = broken[20].rstrip("\n").rsplit(" ", 2)[0] + " +Inf 1705312800000\n"
     stale = "DCGM_FI_DEV_RETIRED_PENDING" + _labels("node00", 0) + " Stale 1705312800000\n"  # a stale marker
-    text = "".join(broken) + stale + "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL" + _labels("node00", 0) + " 3.0 1705313700000\n"
+    text = (
+        "".join(broken)
+        + stale
+        + "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"
+        + _labels("node00", 0)
+        + " 3.0 1705313700000\n"
+    )
     items = _same_everywhere(text.encode())
     assert sum(1 for item in items if item[0] == "dead") == 4
 
@@ -164,7 +182,9 @@ def test_crlf_lines() -> None:
 def test_no_trailing_newline_and_lines_without_time_stamps() -> None:
     text = _scrape(1_705_312_800_000).rstrip("\n")
     assert _same_everywhere(text.encode())
-    untimed = "".join(line.rsplit(" ", 1)[0] + "\n" for line in _scrape(1).splitlines() if not line.startswith("#"))
+    untimed = "".join(
+        line.rsplit(" ", 1)[0] + "\n" for line in _scrape(1).splitlines() if not line.startswith("#")
+    )
     items = _same_everywhere(untimed.encode())
     assert [item[0] for item in items] == ["dead"]  # one dead letter for the file, at its end
     assert _same_everywhere(untimed.encode(), ParseOptions(cluster="c", scrape_time_ms=1_705_312_800_000))
@@ -173,7 +193,8 @@ def test_no_trailing_newline_and_lines_without_time_stamps() -> None:
 def test_xid_changes_across_scrapes_and_a_line_cut_at_a_block_boundary() -> None:
     scrapes = [_scrape(1_705_312_800_000 + index * 900_000, value=0) for index in range(4)]
     scrapes[1] = scrapes[1].replace(
-        "DCGM_FI_DEV_XID_ERRORS" + _labels("node01", 2) + " 3 ", "DCGM_FI_DEV_XID_ERRORS" + _labels("node01", 2) + " 79 "
+        "DCGM_FI_DEV_XID_ERRORS" + _labels("node01", 2) + " 3 ",
+        "DCGM_FI_DEV_XID_ERRORS" + _labels("node01", 2) + " 79 ",
     )
     text = "".join(scrapes).encode()
     items = _same_everywhere(text)
@@ -189,7 +210,10 @@ def test_duplicate_series_and_runs_of_different_times() -> None:
     scrape = _scrape(1_705_312_800_000, nodes=2, gpus=2)
     lines = scrape.splitlines(keepends=True)
     duplicated = lines[:3] + lines[2:]  # node00/gpu0 twice in the first metric
-    other_time = [line.replace("1705312800000", "1705312860000") if index % 3 == 0 else line for index, line in enumerate(lines)]
+    other_time = [
+        line.replace("1705312800000", "1705312860000") if index % 3 == 0 else line
+        for index, line in enumerate(lines)
+    ]
     _same_everywhere("".join(duplicated).encode())
     _same_everywhere("".join(other_time).encode())
 
@@ -203,13 +227,15 @@ def test_metric_families_in_another_order_and_missing_gpus() -> None:
 
 def test_labels_that_are_not_plain_are_dead_letters_in_their_place() -> None:
     text = (
-        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL" + _labels("node00", 0) + " 1 1705312800000\n"
+        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"
+        + _labels("node00", 0)
+        + " 1 1705312800000\n"
         + 'DCGM_FI_DEV_ECC_SBE_VOL_TOTAL{gpu="x",Hostname="node00"} 1 1705312800000\n'
         + 'DCGM_FI_DEV_ECC_SBE_VOL_TOTAL{gpu="1",Hostname="node00" 1 1705312800000\n'
         + "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL 1 1705312800000\n"
         + 'DCGM_FI_DEV_ECC_SBE_VOL_TOTAL{gpu="2",Hostname="node00"} 1 1705312800000 7\n'
         + 'DCGM_FI_DEV_ECC_SBE_VOL_TOTAL{gpu="3",Hostname="nod\xe9"} 1 1705312800000\n'
-        + "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL{gpu=\"4\",Hostname=\"node00\"}\t2\t1705312800000\n"
+        + 'DCGM_FI_DEV_ECC_SBE_VOL_TOTAL{gpu="4",Hostname="node00"}\t2\t1705312800000\n'
     )
     items = _same_everywhere(text.encode("latin-1"))
     assert sum(1 for item in items if item[0] == "dead") == 5
@@ -219,7 +245,9 @@ def test_labels_that_are_not_plain_are_dead_letters_in_their_place() -> None:
 def test_random_edits_of_a_scrape(seed: int) -> None:
     """Lines dropped, doubled, swapped or damaged byte-wise: the same items as the reference."""
     rng = random.Random(seed)
-    lines = (_scrape(1_705_312_800_000) + _scrape(1_705_313_700_000, value=1)).encode().splitlines(keepends=True)
+    lines = (
+        (_scrape(1_705_312_800_000) + _scrape(1_705_313_700_000, value=1)).encode().splitlines(keepends=True)
+    )
     for _ in range(rng.randint(1, 6)):
         index = rng.randrange(len(lines))
         edit = rng.choice(("drop", "double", "swap", "byte"))
@@ -231,7 +259,11 @@ def test_random_edits_of_a_scrape(seed: int) -> None:
             lines[index], lines[index + 1] = lines[index + 1], lines[index]
         elif lines[index]:
             position = rng.randrange(len(lines[index]))
-            lines[index] = lines[index][:position] + bytes([rng.choice(b' {}"\r\n\t09x,=')]) + lines[index][position + 1 :]
+            lines[index] = (
+                lines[index][:position]
+                + bytes([rng.choice(b' {}"\r\n\t09x,=')])
+                + lines[index][position + 1 :]
+            )
     _same_everywhere(b"".join(lines))
 
 
@@ -239,10 +271,12 @@ def test_gzip_file_and_a_damaged_one() -> None:
     text = (_scrape(1_705_312_800_000) + _scrape(1_705_313_700_000, value=1)).encode()
     packed = gzip.compress(text)
     reference_lines = list(gzip.GzipFile(fileobj=io.BytesIO(packed)))
-    assert _key_list(parse_dcgm_file(gzip.GzipFile(fileobj=io.BytesIO(packed)), OPTIONS, SOURCE)) == _reference(
-        b"".join(reference_lines)
+    assert _key_list(
+        parse_dcgm_file(gzip.GzipFile(fileobj=io.BytesIO(packed)), OPTIONS, SOURCE)
+    ) == _reference(b"".join(reference_lines))
+    damaged = list(
+        parse_dcgm_file(gzip.GzipFile(fileobj=io.BytesIO(packed[: len(packed) // 2])), OPTIONS, SOURCE)
     )
-    damaged = list(parse_dcgm_file(gzip.GzipFile(fileobj=io.BytesIO(packed[: len(packed) // 2])), OPTIONS, SOURCE))
     assert isinstance(damaged[-1], InvalidRecord) and "ends early" in damaged[-1].reason
 
 
@@ -252,7 +286,8 @@ def _key_list(items: object) -> list[tuple[object, ...]]:
 
 def test_a_part_of_a_file_leaves_the_first_xid_of_each_gpu_to_the_whole_file() -> None:
     text = _scrape(1_705_312_800_000).replace(
-        "DCGM_FI_DEV_XID_ERRORS" + _labels("node01", 2) + " 3 ", "DCGM_FI_DEV_XID_ERRORS" + _labels("node01", 2) + " 79 "
+        "DCGM_FI_DEV_XID_ERRORS" + _labels("node01", 2) + " 3 ",
+        "DCGM_FI_DEV_XID_ERRORS" + _labels("node01", 2) + " 79 ",
     )
     parser = DcgmBlockParser(OPTIONS, SOURCE, part=True)
     out: list[object] = []

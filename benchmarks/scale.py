@@ -1,0 +1,168 @@
+"""A 16,384-node x 8-GPU fleet (131,072 GPUs) for a day, simulated and replayed embedded: records/s,
+peak memory and the DCGM text's MB/s, in one command.
+
+    python benchmarks/scale.py --workdir /tmp/scale-bench
+    python benchmarks/scale.py --workdir /tmp/scale-bench --nodes 2048 --days 0.25 --keep
+
+Steps, each timed:
+
+1. ``faultstream simulate --nodes N --days D --ecc-interval-minutes M`` writes the fleet's kernel log,
+   ``sacct -P`` output and ``dcgm.prom`` (a day of 16,384 nodes: about 13 GB of DCGM text), with the
+   simulator's peak RSS;
+2. the block reading of ``dcgm.prom`` alone on one core (``--parse-mb`` of it), in MB/s;
+3. ``faultstream replay`` of the three files into a fresh embedded store, in a child process whose
+   peak RSS (``VmHWM``) and its parse helper's are read from ``/proc`` while it runs: wall time,
+   records/s (records the replay used, from its ``--json`` summary) and the DCGM MB/s through the
+   whole replay.
+
+The generated files and the store are deleted at the end unless ``--keep``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from stream.inputs.parsers.dcgm_blocks import DcgmBlockParser
+from stream.inputs.parsers.options import ParseOptions
+
+_POLL_SECONDS = 0.2
+
+
+def _peak_kib(pid: int) -> int:
+    """A live process's peak resident set (``VmHWM``) in KiB, 0 when it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as children:
+            return [int(child) for child in children.read().split()]
+    except OSError:
+        return []
+
+
+def run_watched(command: list[str], output: Path | None = None) -> tuple[float, int, int]:
+    """Run ``command`` (its standard output to ``output``, else nowhere); return its wall seconds, its
+    peak RSS and the largest of its children's (KiB)."""
+    started = time.perf_counter()
+    with open(output or os.devnull, "wb") as stdout:
+        process = subprocess.Popen(command, stdout=stdout)
+        peak = children_peak = 0
+        while process.poll() is None:
+            peak = max(peak, _peak_kib(process.pid))
+            for child in _children(process.pid):
+                children_peak = max(children_peak, _peak_kib(child))
+            time.sleep(_POLL_SECONDS)
+    seconds = time.perf_counter() - started
+    if process.returncode != 0:
+        raise SystemExit(f"{command[:4]} failed with exit status {process.returncode}")
+    return seconds, peak, children_peak
+
+
+def parse_speed(path: Path, limit: int) -> tuple[float, int]:
+    """MB/s and ECC samples of the block reading over the first ``limit`` bytes of ``path`` (one core)."""
+    with path.open("rb") as handle:
+        data = handle.read(limit)
+    data = data[: data.rfind(b"\n") + 1]
+    parser = DcgmBlockParser(ParseOptions(), str(path))
+    out: list[object] = []
+    records = 0
+    started = time.perf_counter()
+    for start in range(0, len(data), 1 << 20):
+        parser.feed(data[start : start + (1 << 20)], out)  # type: ignore[arg-type]
+        records += len(out)
+        out.clear()
+    parser.finish(out)  # type: ignore[arg-type]
+    records += len(out)
+    return len(data) / 1e6 / (time.perf_counter() - started), records
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--workdir", type=Path, required=True, help="the fleet's files and the store go here")
+    parser.add_argument("--nodes", type=int, default=16_384)
+    parser.add_argument("--gpus-per-node", type=int, default=8)
+    parser.add_argument("--days", type=float, default=1.0)
+    parser.add_argument("--ecc-interval-minutes", type=float, default=15.0)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--parse-mb", type=int, default=2048, help="MB of dcgm.prom parsed alone (step 2)")
+    parser.add_argument("--keep", action="store_true", help="keep the files and the store")
+    args = parser.parse_args()
+
+    sim = args.workdir / "sim"
+    store = args.workdir / "store"
+    shutil.rmtree(sim, ignore_errors=True)
+    shutil.rmtree(store, ignore_errors=True)
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    cli = [sys.executable, "-m", "stream.cli"]
+    fleet = f"{args.nodes:,} nodes x {args.gpus_per_node} GPUs ({args.nodes * args.gpus_per_node:,} GPUs)"
+    print(f"fleet: {fleet}, {args.days:g} day(s), DCGM every {args.ecc_interval_minutes:g} min")
+    try:
+        seconds, peak, _ = run_watched(
+            [
+                *cli, "simulate", "--nodes", str(args.nodes), "--gpus-per-node", str(args.gpus_per_node),
+                "--days", str(args.days), "--ecc-interval-minutes", str(args.ecc_interval_minutes),
+                "--seed", str(args.seed), "--out", str(sim),
+            ],
+        )  # fmt: skip
+        dcgm = sim / "dcgm.prom"
+        sizes = {path.name: path.stat().st_size for path in sim.iterdir()}
+        print(
+            f"simulate: {seconds:,.1f} s, peak RSS {peak / 1024:,.0f} MiB; "
+            f"dcgm.prom {sizes['dcgm.prom'] / 1e9:,.2f} GB, "
+            f"kernel.log {sizes['kernel.log'] / 1e6:,.1f} MB, sacct.txt {sizes['sacct.txt'] / 1e6:,.1f} MB"
+        )
+
+        speed, samples = parse_speed(dcgm, args.parse_mb << 20)
+        print(
+            f"parse alone (block reading, one core, first {args.parse_mb:,} MB): {speed:,.1f} MB/s, "
+            f"{samples:,} samples"
+        )
+
+        inputs = [str(sim / "kernel.log"), str(sim / "sacct.txt"), str(dcgm)]
+        summary_file = args.workdir / "replay.json"
+        seconds, peak, helper_peak = run_watched(
+            [*cli, "replay", *inputs, "--clickhouse", f"chdb://{store.resolve()}", "--no-progress", "--json"],
+            summary_file,
+        )
+        summary = json.loads(summary_file.read_text())
+        records = _records(summary)
+        print(
+            f"replay (embedded): {seconds:,.1f} s, {records:,} records, {records / seconds:,.0f} records/s, "
+            f"DCGM {sizes['dcgm.prom'] / 1e6 / seconds:,.1f} MB/s through the replay; "
+            f"peak RSS {peak / 1024:,.0f} MiB (replay), {helper_peak / 1024:,.0f} MiB (its parse helper)"
+        )
+        print(f"incidents: {len(summary['incidents_this_run'])}")  # type: ignore[arg-type]
+    finally:
+        if not args.keep:
+            shutil.rmtree(sim, ignore_errors=True)
+            shutil.rmtree(store, ignore_errors=True)
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(f"(this script's own peak RSS: {own / 1024:,.0f} MiB; pid {os.getpid()})")
+    return 0
+
+
+def _records(summary: dict[str, object]) -> int:
+    """Records the replay used, from ``replay --json``."""
+    return int(summary["events"])  # type: ignore[call-overload]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
