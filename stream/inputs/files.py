@@ -31,6 +31,7 @@ from stream.inputs.parsers import (
 )
 from stream.inputs.parsers.detect import InputFile
 from stream.inputs.parsers.options import ParseOptions
+from stream.settings import Settings
 
 __all__ = [
     "InputItem",
@@ -205,6 +206,20 @@ class MergedInputs:
             self.close()
             raise
         self.total_bytes = sum(size for _, size in self._positions)
+
+    @classmethod
+    def for_settings(
+        cls, paths: Iterable[Path], options: ParseOptions, fmt: Format | None, settings: Settings
+    ) -> MergedInputs:
+        """The inputs as ``replay`` and ``replay --to`` read them: the settings' lateness and helpers."""
+        return cls(
+            paths,
+            options,
+            fmt,
+            settings.allowed_lateness_seconds * 1000,
+            settings.parse_ahead_min_bytes,
+            settings.parse_helpers,
+        )
 
     def close(self) -> None:
         """Stop the helper processes still parsing (a replay that stopped early)."""

@@ -292,22 +292,11 @@ class DcgmBlockParser(DcgmState):
             if xids is not None:
                 xids, xid_lines = pick(xids), pick(xid_lines)
         ts_ms = columns.ts_ms
-        if xids is not None:
-            if any(xids):
-                self._xids_then_samples(ts_ms, labels, xids, xid_lines, samples, lines, out)
-                return
-            # No GPU reports a code: no event, and each GPU's last value is 0 now.
-            if self.part:
-                self.xid_seen.update(self._gpu_keys)
-            if self.last_xid:
-                for key in self._gpu_keys & self.last_xid.keys():
-                    del self.last_xid[key]
-        if samples is None:
-            return
-        cluster = self.cluster
-        prefix = f"{self.source}:"
-        out.extend(
-            [
+        built: list[EccSample] | None = None
+        if samples is not None:
+            cluster = self.cluster
+            prefix = f"{self.source}:"
+            built = [
                 EccSample(
                     ts_ms=ts_ms,
                     cluster=cluster,
@@ -319,35 +308,21 @@ class DcgmBlockParser(DcgmState):
                 )
                 for (node, gpu, pci), counters_of, line in zip(labels, samples, lines, strict=True)
             ]
-        )
-
-    def _xids_then_samples(
-        self,
-        ts_ms: int,
-        labels: Sequence[_Labels],
-        xids: Sequence[int],
-        xid_lines: Sequence[int],
-        samples: Sequence[dict[str, int]] | None,
-        lines: Sequence[int],
-        out: list[DcgmItem],
-    ) -> None:
-        """A columnar scrape with the XID metric: each GPU's event (if any) before its sample."""
-        cluster = self.cluster
-        prefix = f"{self.source}:"
-        for index, (node, gpu, pci) in enumerate(labels):
-            self.xid(ts_ms, node, gpu, pci, xids[index], xid_lines[index], out)
-            if samples is not None:
-                out.append(
-                    EccSample(
-                        ts_ms=ts_ms,
-                        cluster=cluster,
-                        node=node,
-                        gpu=gpu,
-                        pci_bus_id=pci,
-                        counters=samples[index],
-                        source=prefix + str(lines[index]),
-                    )
-                )
+        if xids is not None:
+            if any(xids):  # each GPU's event (if any) before its sample
+                for index, (node, gpu, pci) in enumerate(labels):
+                    self.xid(ts_ms, node, gpu, pci, xids[index], xid_lines[index], out)
+                    if built is not None:
+                        out.append(built[index])
+                return
+            # No GPU reports a code: no event, and each GPU's last value is 0 now.
+            if self.part:
+                self.xid_seen.update(self._gpu_keys)
+            if self.last_xid:
+                for key in self._gpu_keys & self.last_xid.keys():
+                    del self.last_xid[key]
+        if built is not None:
+            out.extend(built)
 
 
 def _first(sequence: Sequence[object]) -> tuple[object, ...]:
