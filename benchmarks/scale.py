@@ -21,6 +21,7 @@ The generated files and the store are deleted at the end unless ``--keep``.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import resource
@@ -30,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from stream.inputs.parsers.dcgm_blocks import DcgmBlockParser
+from stream.inputs.parsers.dcgm_blocks import parse_dcgm_file
 from stream.inputs.parsers.options import ParseOptions
 
 _POLL_SECONDS = 0.2
@@ -75,21 +76,13 @@ def run_watched(command: list[str], output: Path | None = None) -> tuple[float, 
 
 
 def parse_speed(path: Path, limit: int) -> tuple[float, int]:
-    """MB/s and ECC samples of the block reading over the first ``limit`` bytes of ``path`` (one core)."""
+    """MB/s and items of the block reading over the first ``limit`` bytes of ``path`` (one core)."""
     with path.open("rb") as handle:
         data = handle.read(limit)
     data = data[: data.rfind(b"\n") + 1]
-    parser = DcgmBlockParser(ParseOptions(), str(path))
-    out: list[object] = []
-    records = 0
     started = time.perf_counter()
-    for start in range(0, len(data), 1 << 20):
-        parser.feed(data[start : start + (1 << 20)], out)  # type: ignore[arg-type]
-        records += len(out)
-        out.clear()
-    parser.finish(out)  # type: ignore[arg-type]
-    records += len(out)
-    return len(data) / 1e6 / (time.perf_counter() - started), records
+    items = sum(1 for _ in parse_dcgm_file(io.BytesIO(data), ParseOptions(), str(path)))
+    return len(data) / 1e6 / (time.perf_counter() - started), items
 
 
 def main() -> int:
@@ -133,7 +126,7 @@ def main() -> int:
         speed, samples = parse_speed(dcgm, args.parse_mb << 20)
         print(
             f"parse alone (block reading, one core, first {args.parse_mb:,} MB): {speed:,.1f} MB/s, "
-            f"{samples:,} samples"
+            f"{samples:,} items"
         )
 
         inputs = [str(sim / "kernel.log"), str(sim / "sacct.txt"), str(dcgm)]

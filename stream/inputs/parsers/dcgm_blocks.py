@@ -148,6 +148,8 @@ class DcgmBlockParser(DcgmState):
 
     def feed(self, block: bytes, out: list[DcgmItem]) -> None:
         """Read ``block``: whole lines, the last one ending with a newline."""
+        if block and not block.endswith(b"\n"):
+            raise ValueError("a block must end with a newline (whole lines)")
         buf = b"\n" + block
         line_no = self.line_no
         counted = 0  # buf[counted] is the newline before line ``line_no``
