@@ -29,12 +29,14 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from stream.inputs.parsers.dcgm_blocks import parse_dcgm_file
 from stream.inputs.parsers.options import ParseOptions
 
 _POLL_SECONDS = 0.2
+_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _peak_kib(pid: int) -> int:
@@ -49,6 +51,16 @@ def _peak_kib(pid: int) -> int:
     return 0
 
 
+def _cpu_seconds(pid: int) -> float:
+    """A live process's CPU time so far (user + system), 0 when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
 def _children(pid: int) -> list[int]:
     try:
         with open(f"/proc/{pid}/task/{pid}/children") as children:
@@ -57,32 +69,49 @@ def _children(pid: int) -> list[int]:
         return []
 
 
-def run_watched(command: list[str], output: Path | None = None) -> tuple[float, int, int]:
-    """Run ``command`` (its standard output to ``output``, else nowhere); return its wall seconds, its
-    peak RSS and the largest of its children's (KiB)."""
+@dataclass
+class Watched:
+    """What :func:`run_watched` saw of a process: wall seconds; peak RSS (KiB) and CPU seconds of the
+    process and of its busiest child (last seen, polled every 0.2 s)."""
+
+    seconds: float = 0.0
+    peak_kib: int = 0
+    cpu: float = 0.0
+    child_peak_kib: int = 0
+    child_cpu: float = 0.0
+
+
+def run_watched(command: list[str], output: Path | None = None) -> Watched:
+    """Run ``command`` (its standard output to ``output``, else nowhere) and watch it in ``/proc``."""
     started = time.perf_counter()
+    seen = Watched()
+    children: dict[int, float] = {}
     with open(output or os.devnull, "wb") as stdout:
         process = subprocess.Popen(command, stdout=stdout)
-        peak = children_peak = 0
         while process.poll() is None:
-            peak = max(peak, _peak_kib(process.pid))
+            seen.peak_kib = max(seen.peak_kib, _peak_kib(process.pid))
+            seen.cpu = max(seen.cpu, _cpu_seconds(process.pid))
             for child in _children(process.pid):
-                children_peak = max(children_peak, _peak_kib(child))
+                seen.child_peak_kib = max(seen.child_peak_kib, _peak_kib(child))
+                children[child] = max(children.get(child, 0.0), _cpu_seconds(child))
             time.sleep(_POLL_SECONDS)
-    seconds = time.perf_counter() - started
+    seen.seconds = time.perf_counter() - started
+    seen.child_cpu = max(children.values(), default=0.0)
     if process.returncode != 0:
         raise SystemExit(f"{command[:4]} failed with exit status {process.returncode}")
-    return seconds, peak, children_peak
+    return seen
 
 
-def parse_speed(path: Path, limit: int) -> tuple[float, int]:
-    """MB/s and items of the block reading over the first ``limit`` bytes of ``path`` (one core)."""
+def parse_speed(path: Path, limit: int) -> tuple[float, float, int]:
+    """MB/s (wall, and per CPU second) and items of the block reading over the first ``limit`` bytes
+    of ``path``, on one core."""
     with path.open("rb") as handle:
         data = handle.read(limit)
     data = data[: data.rfind(b"\n") + 1]
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     items = sum(1 for _ in parse_dcgm_file(io.BytesIO(data), ParseOptions(), str(path)))
-    return len(data) / 1e6 / (time.perf_counter() - started), items
+    megabytes = len(data) / 1e6
+    return megabytes / (time.perf_counter() - started), megabytes / (time.process_time() - cpu), items
 
 
 def main() -> int:
@@ -108,7 +137,7 @@ def main() -> int:
     fleet = f"{args.nodes:,} nodes x {args.gpus_per_node} GPUs ({args.nodes * args.gpus_per_node:,} GPUs)"
     print(f"fleet: {fleet}, {args.days:g} day(s), DCGM every {args.ecc_interval_minutes:g} min")
     try:
-        seconds, peak, _ = run_watched(
+        simulated = run_watched(
             [
                 *cli, "simulate", "--nodes", str(args.nodes), "--gpus-per-node", str(args.gpus_per_node),
                 "--days", str(args.days), "--ecc-interval-minutes", str(args.ecc_interval_minutes),
@@ -118,31 +147,36 @@ def main() -> int:
         dcgm = sim / "dcgm.prom"
         sizes = {path.name: path.stat().st_size for path in sim.iterdir()}
         print(
-            f"simulate: {seconds:,.1f} s, peak RSS {peak / 1024:,.0f} MiB; "
-            f"dcgm.prom {sizes['dcgm.prom'] / 1e9:,.2f} GB, "
+            f"simulate: {simulated.seconds:,.1f} s ({simulated.cpu:,.1f} CPU s), "
+            f"peak RSS {simulated.peak_kib / 1024:,.0f} MiB; dcgm.prom {sizes['dcgm.prom'] / 1e9:,.2f} GB, "
             f"kernel.log {sizes['kernel.log'] / 1e6:,.1f} MB, sacct.txt {sizes['sacct.txt'] / 1e6:,.1f} MB"
         )
 
-        speed, samples = parse_speed(dcgm, args.parse_mb << 20)
+        wall, per_cpu, items = parse_speed(dcgm, args.parse_mb << 20)
         print(
-            f"parse alone (block reading, one core, first {args.parse_mb:,} MB): {speed:,.1f} MB/s, "
-            f"{samples:,} items"
+            f"parse alone (block reading, one core, first {args.parse_mb:,} MB): {wall:,.1f} MB/s "
+            f"({per_cpu:,.1f} MB per CPU second), {items:,} items"
         )
 
         inputs = [str(sim / "kernel.log"), str(sim / "sacct.txt"), str(dcgm)]
         summary_file = args.workdir / "replay.json"
-        seconds, peak, helper_peak = run_watched(
+        replayed = run_watched(
             [*cli, "replay", *inputs, "--clickhouse", f"chdb://{store.resolve()}", "--no-progress", "--json"],
             summary_file,
         )
         summary = json.loads(summary_file.read_text())
-        records = _records(summary)
+        records = int(summary["events"])
+        seconds = replayed.seconds
         print(
             f"replay (embedded): {seconds:,.1f} s, {records:,} records, {records / seconds:,.0f} records/s, "
-            f"DCGM {sizes['dcgm.prom'] / 1e6 / seconds:,.1f} MB/s through the replay; "
-            f"peak RSS {peak / 1024:,.0f} MiB (replay), {helper_peak / 1024:,.0f} MiB (its parse helper)"
+            f"DCGM {sizes['dcgm.prom'] / 1e6 / seconds:,.1f} MB/s through the replay"
         )
-        print(f"incidents: {len(summary['incidents_this_run'])}")  # type: ignore[arg-type]
+        print(
+            f"  replay process: peak RSS {replayed.peak_kib / 1024:,.0f} MiB, {replayed.cpu:,.1f} CPU s "
+            f"({records / max(replayed.cpu, 1e-9):,.0f} records per CPU second); parse helper: peak RSS "
+            f"{replayed.child_peak_kib / 1024:,.0f} MiB, {replayed.child_cpu:,.1f} CPU s"
+        )
+        print(f"  incidents: {len(summary['incidents_this_run'])}, dead letters: {summary['dead_letters']}")
     finally:
         if not args.keep:
             shutil.rmtree(sim, ignore_errors=True)
@@ -150,11 +184,6 @@ def main() -> int:
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(f"(this script's own peak RSS: {own / 1024:,.0f} MiB; pid {os.getpid()})")
     return 0
-
-
-def _records(summary: dict[str, object]) -> int:
-    """Records the replay used, from ``replay --json``."""
-    return int(summary["events"])  # type: ignore[call-overload]
 
 
 if __name__ == "__main__":
