@@ -126,29 +126,40 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--parse-mb", type=int, default=2048, help="MB of dcgm.prom parsed alone (step 2)")
     parser.add_argument("--keep", action="store_true", help="keep the files and the store")
+    parser.add_argument(
+        "--reuse", action="store_true", help="replay the files a --keep run left (no simulation)"
+    )
     args = parser.parse_args()
 
     sim = args.workdir / "sim"
     store = args.workdir / "store"
-    shutil.rmtree(sim, ignore_errors=True)
+    reuse = args.reuse and (sim / "dcgm.prom").is_file()
+    if not reuse:
+        shutil.rmtree(sim, ignore_errors=True)
     shutil.rmtree(store, ignore_errors=True)
     args.workdir.mkdir(parents=True, exist_ok=True)
     cli = [sys.executable, "-m", "stream.cli"]
     fleet = f"{args.nodes:,} nodes x {args.gpus_per_node} GPUs ({args.nodes * args.gpus_per_node:,} GPUs)"
     print(f"fleet: {fleet}, {args.days:g} day(s), DCGM every {args.ecc_interval_minutes:g} min")
     try:
-        simulated = run_watched(
-            [
-                *cli, "simulate", "--nodes", str(args.nodes), "--gpus-per-node", str(args.gpus_per_node),
-                "--days", str(args.days), "--ecc-interval-minutes", str(args.ecc_interval_minutes),
-                "--seed", str(args.seed), "--out", str(sim),
-            ],
-        )  # fmt: skip
+        if not reuse:
+            simulated = run_watched(
+                [
+                    *cli, "simulate", "--nodes", str(args.nodes), "--gpus-per-node", str(args.gpus_per_node),
+                    "--days", str(args.days), "--ecc-interval-minutes", str(args.ecc_interval_minutes),
+                    "--seed", str(args.seed), "--out", str(sim),
+                ],
+            )  # fmt: skip
         dcgm = sim / "dcgm.prom"
         sizes = {path.name: path.stat().st_size for path in sim.iterdir()}
+        simulation = "simulate: (the files of a kept run)"
+        if not reuse:
+            simulation = (
+                f"simulate: {simulated.seconds:,.1f} s ({simulated.cpu:,.1f} CPU s), "
+                f"peak RSS {simulated.peak_kib / 1024:,.0f} MiB"
+            )
         print(
-            f"simulate: {simulated.seconds:,.1f} s ({simulated.cpu:,.1f} CPU s), "
-            f"peak RSS {simulated.peak_kib / 1024:,.0f} MiB; dcgm.prom {sizes['dcgm.prom'] / 1e9:,.2f} GB, "
+            f"{simulation}; dcgm.prom {sizes['dcgm.prom'] / 1e9:,.2f} GB, "
             f"kernel.log {sizes['kernel.log'] / 1e6:,.1f} MB, sacct.txt {sizes['sacct.txt'] / 1e6:,.1f} MB"
         )
 
