@@ -9,7 +9,8 @@ Two inputs are written unless files are given: the simulator's ``dcgm.prom`` (``
 history (``--exporter-nodes`` nodes, dcgm-exporter's default counters, of which we read four:
 mostly series we skip). Each side parses each file ``--runs`` times, taking turns; the table shows
 the median MB/s (of the file's bytes) and records/s (ECC samples and XID events, counted the same
-way on both sides, which must agree), and the block reading's speed-up.
+way on both sides, which must agree), the MB per CPU second (what a shared machine's load does not
+move), and the block reading's speed-up.
 """
 
 from __future__ import annotations
@@ -106,24 +107,28 @@ def main() -> int:
 
     sides: dict[str, Callable[[Path], int]] = {"reference (line by line)": _old, "blocks": _new}
     print(f"median of {args.runs} run(s) a side, taking turns, one core")
-    print(f"{'file':<16}{'MB':>8}  {'reader':<26}{'MB/s':>8}{'records/s':>12}{'records':>12}")
+    print(f"{'file':<16}{'MB':>8}  {'reader':<26}{'MB/s':>8}{'records/s':>12}{'records':>12}{'MB/CPU s':>12}")
     for path in files:
         size = path.stat().st_size
         seconds: dict[str, list[float]] = {name: [] for name in sides}
+        cpu: dict[str, list[float]] = {name: [] for name in sides}
         counts: dict[str, int] = {}
         for _ in range(args.runs):
             for name, read in sides.items():
-                started = time.perf_counter()
+                started, cpu_started = time.perf_counter(), time.process_time()
                 counts[name] = read(path)
                 seconds[name].append(time.perf_counter() - started)
+                cpu[name].append(time.process_time() - cpu_started)
         if len(set(counts.values())) != 1:
             print(f"{path}: the readers disagree: {counts}", file=sys.stderr)
             return 1
         median = {name: statistics.median(values) for name, values in seconds.items()}
+        median_cpu = {name: statistics.median(values) for name, values in cpu.items()}
         for name in sides:
             print(
                 f"{path.name:<16}{size / 1e6:>8,.0f}  {name:<26}{size / 1e6 / median[name]:>8,.1f}"
                 f"{counts[name] / median[name]:>12,.0f}{counts[name]:>12,}"
+                f"{size / 1e6 / median_cpu[name]:>12,.1f}"
             )
         print(f"{'':<26}speed-up {median['reference (line by line)'] / median['blocks']:.1f}x")
     return 0
