@@ -21,7 +21,6 @@ The generated files and the store are deleted at the end unless ``--keep``.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import resource
@@ -31,6 +30,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from stream.inputs.parsers.dcgm_blocks import parse_dcgm_file
 from stream.inputs.parsers.options import ParseOptions
@@ -102,15 +102,26 @@ def run_watched(command: list[str], output: Path | None = None) -> Watched:
     return seen
 
 
+class _Head:
+    """The first ``limit`` bytes of a file, read as a file (cut after a whole line by the reader)."""
+
+    def __init__(self, handle: BinaryIO, limit: int) -> None:
+        self._handle = handle
+        self._left = limit
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._handle.read(self._left if size < 0 else min(size, self._left))
+        self._left -= len(data)
+        return data
+
+
 def parse_speed(path: Path, limit: int) -> tuple[float, float, int]:
     """MB/s (wall, and per CPU second) and items of the block reading over the first ``limit`` bytes
-    of ``path``, on one core."""
+    of ``path`` (its last line may be cut), on one core."""
     with path.open("rb") as handle:
-        data = handle.read(limit)
-    data = data[: data.rfind(b"\n") + 1]
-    started, cpu = time.perf_counter(), time.process_time()
-    items = sum(1 for _ in parse_dcgm_file(io.BytesIO(data), ParseOptions(), str(path)))
-    megabytes = len(data) / 1e6
+        started, cpu = time.perf_counter(), time.process_time()
+        items = sum(1 for _ in parse_dcgm_file(_Head(handle, limit), ParseOptions(), str(path)))  # type: ignore[arg-type]
+        megabytes = handle.tell() / 1e6
     return megabytes / (time.perf_counter() - started), megabytes / (time.process_time() - cpu), items
 
 

@@ -229,7 +229,8 @@ class _FrameWriter:
     """
 
     def __init__(self, out: IO[bytes]) -> None:
-        self._out = out
+        out.flush()
+        self._fd = out.fileno()
         self._frames: queue.Queue[bytes | None] = queue.Queue(_QUEUED_FRAMES)
         self._failed: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="parse-ahead-writer", daemon=True)
@@ -240,9 +241,7 @@ class _FrameWriter:
             if self._failed is not None:
                 continue  # drain: the parser learns it at its next frame
             try:
-                self._out.write(_HEADER.pack(len(data)))
-                self._out.write(data)
-                self._out.flush()
+                _write_all(self._fd, _HEADER.pack(len(data)) + data)
             except BaseException as exc:  # a closed pipe: told to the parser
                 self._failed = exc
 
@@ -257,6 +256,14 @@ class _FrameWriter:
         self._thread.join()
         if self._failed is not None:
             raise BrokenPipeError from self._failed
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd``, however many calls it takes (a write to a pipe the reader is
+    slow to empty may take part of it)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _serve(stdin: IO[bytes], out: IO[bytes]) -> int:
