@@ -1,8 +1,8 @@
 """The detection core compiled to C with mypyc, against the same core interpreted: what compiling buys.
 
-Issue 11's last target (the worker at 0.25 of a bare consumer) needs a detection core several
-times faster; the cheapest way to a compiled core is mypyc, mypy's compiler of typed Python, on
-the code as it is (``detectors/`` is ``mypy --strict`` clean). This measures it:
+The worker's target of 0.25 of a bare consumer needs, on a cluster scraped every 6 hours, a
+detection core several times faster; the cheapest way to a compiled core is mypyc, mypy's
+compiler of typed Python, on the code as it is (``detectors/`` is ``mypy --strict`` clean). This measures it:
 
     python benchmarks/compiled_core.py                  # 100 nodes x 30 days, 3 runs a side
     python benchmarks/compiled_core.py --sim DIR --runs 5   # a simulation already made

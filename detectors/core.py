@@ -26,6 +26,7 @@ from detectors.fleet import (
     ECC_FLAGGED,
     ECC_SBE,
     PEAK,
+    PRESENT,
     RUN,
     SEEN,
     SIGNAL,
@@ -42,6 +43,7 @@ from detectors.sxid_catalog import classify_sxid
 from detectors.thresholds import Threshold
 from detectors.xid_burst import XidSpreadScorer, XidStormScorer, spread_filter, storm_filter
 from detectors.xid_catalog import CONTEXT_WINDOW_MS, XidCategory, XidInfo, XidOverride, classify_xid
+from detectors.xid_reports import XidReports
 from schemas.outputs import Incident, IncidentKind, IncidentStatus, JobAttribution, MttfPartial, Severity
 from schemas.records import EccSample, JobEvent, JobState, XidEvent
 from schemas.timeutil import DAY_MS, HOUR_MS, MINUTE_MS
@@ -302,7 +304,9 @@ class DetectionCore:
         self._baselines: dict[int, float] = {}
         self._ecc_references: dict[int, float] = {}
         self._ecc_period_ms = config.ecc_period_ms  # asked for each ECC sample a worker holds
+        # Nodes routine telemetry showed (an ECC sample, a job run), and nodes only an XID named.
         self._seen: set[str] = set()
+        self._named: set[str] = set()
         self._xid_day: dict[str, int] = {}
         self.max_event_ms: int | None = None
         self._emitted = Emitted()
@@ -345,6 +349,8 @@ class DetectionCore:
         self._recent_xids: dict[tuple[str, str, str], _RecentXids] = {}
         # The UTC day of the last unknown-XID incident per (cluster, node): at most one a day.
         self._unknown_day: dict[tuple[str, str], int] = {}
+        # The kernel line and the DCGM gauge change of one XID: the second one taken is a repeat.
+        self._reports = XidReports()
 
     @property
     def xid_overrides(self) -> tuple[XidOverride, ...]:
@@ -370,6 +376,8 @@ class DetectionCore:
         state.setdefault("_job_storms", {})
         state.setdefault("_storm_owners", {})
         state.setdefault("_ecc_references", {})
+        state.setdefault("_reports", XidReports())
+        state.setdefault("_named", set())
         state["config"] = _complete_config(state["config"])
         state["_ecc_period_ms"] = state["config"].ecc_period_ms
         self.__dict__.update(state)
@@ -385,6 +393,10 @@ class DetectionCore:
 
     def process(self, record: XidEvent | EccSample | JobEvent) -> bool:
         """Process one record; return False (and do nothing) when it is later than allowed.
+
+        An XID that repeats one already taken (the same XID from the kernel log and from DCGM's
+        gauge of the last XID: :mod:`detectors.xid_reports`) is accepted and passed over; ask
+        :meth:`repeats` before processing it to know.
 
         Raises
         ------
@@ -408,6 +420,11 @@ class DetectionCore:
         else:
             self._process_job(record)
         return True
+
+    def repeats(self, record: XidEvent | EccSample | JobEvent) -> bool:
+        """Whether ``record`` is an XID another report of which was already taken: :meth:`process`
+        passes it over, and it is not a raw event of its own (the runtimes do not store it)."""
+        return isinstance(record, XidEvent) and self._reports.repeats(record)
 
     def process_ecc(self, sample: EccSample) -> bool:
         """:meth:`process` for an ECC sample, for a caller that knows it has one: nine records in
@@ -645,8 +662,15 @@ class DetectionCore:
             self._fact(FleetFact(ts_ms, SIGNAL, node, name, key))
 
     def _see(self, cluster: str, node: str, ts_ms: int) -> None:
+        """Routine telemetry showed ``node`` at ``ts_ms``: part of the fleet since then at least."""
         if node not in self._seen and self._mine(node):
             self._seen.add(node)
+            self._fact(FleetFact(ts_ms, SEEN, node, PRESENT, cluster=cluster))
+
+    def _name(self, cluster: str, node: str, ts_ms: int) -> None:
+        """An XID names ``node``: part of the fleet, since when the record does not say."""
+        if node not in self._seen and node not in self._named and self._mine(node):
+            self._named.add(node)
             self._fact(FleetFact(ts_ms, SEEN, node, cluster=cluster))
 
     def _fleet_ecc_rate(self, ts_ms: int) -> float:
@@ -676,7 +700,9 @@ class DetectionCore:
     # -- XID -----------------------------------------------------------------------------------
 
     def _process_xid(self, event: XidEvent) -> None:
-        self._see(event.cluster, event.node, event.ts_ms)
+        if self._reports.take(event):
+            return  # the other report of an XID already taken
+        self._name(event.cluster, event.node, event.ts_ms)
         if event.device == "nvswitch":
             self._process_sxid(event)
             return

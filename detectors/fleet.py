@@ -84,6 +84,9 @@ __all__ = [
 #: Kinds of :class:`FleetFact`.
 SEEN, SIGNAL, FAILED_JOB, PEAK, RUN, APP_XID = "seen", "signal", "failed_job", "peak", "run", "app_xid"
 ECC_SBE = "ecc_sbe"
+#: ``name`` of a ``seen`` fact made from routine telemetry (an ECC sample, a job run): the node was
+#: in the fleet then. A ``seen`` fact without it (from an XID) names the node, not since when.
+PRESENT = "present"
 #: ``name`` of an ``ecc_sbe`` fact whose sample the GPU's trend model flagged as anomalous.
 ECC_FLAGGED = "flagged"
 
@@ -109,7 +112,8 @@ class FleetFact:
     ts_ms
         Event time of the fact.
     kind
-        ``seen`` (``node`` of ``cluster`` is part of the fleet), ``signal`` (one lemon signal
+        ``seen`` (``node`` of ``cluster`` is part of the fleet; ``name`` :data:`PRESENT` when
+        telemetry showed it then), ``signal`` (one lemon signal
         ``name`` on ``node``; ``key``: the job of a ``job_runs`` signal from a worker before
         job-aware verdicts), ``failed_job`` (job ``key`` of user ``name`` failed on ``node``, for
         the reason ``value``: one of
@@ -550,10 +554,17 @@ class FleetCore:
             self._queued.discard(fact)
             self._apply(fact)
 
+    def know_nodes(self, nodes: Iterable[str], cluster: str) -> None:
+        """The fleet's inventory: nodes of ``cluster`` in the fleet since its history began, whether
+        any record names them or not (the lemon statistics compare each node with all of them)."""
+        for node in nodes:
+            self._cluster_of.setdefault(node, cluster)
+            self._lemons.know_node(node)
+
     def _apply(self, fact: FleetFact) -> None:
         if fact.kind == SEEN:
             self._cluster_of.setdefault(fact.node, fact.cluster)
-            self._lemons.see_node(fact.node, fact.ts_ms)
+            self._lemons.see_node(fact.node, fact.ts_ms, present=fact.name == PRESENT)
         elif fact.kind == SIGNAL:
             if fact.name == "xid_days":
                 self._lemons.record_xid(fact.node, fact.ts_ms)
@@ -615,9 +626,10 @@ class FleetCore:
             else:
                 del totals[(node, gpu)]
         flagged = self._gpu_flagged
-        for stale in [gpu for gpu, last in flagged.items() if last < since]:
-            del flagged[stale]
-        peers = [errors for gpu, errors in totals.items() if gpu not in flagged]
+        if flagged:
+            for stale in [gpu for gpu, last in flagged.items() if last < since]:
+                del flagged[stale]
+        peers = [errors for gpu, errors in totals.items() if gpu not in flagged] if totals else []
         enough = self.config.ecc_reference_min_gpus
         origin = self._ecc_origin_ms
         covered = 0 if origin is None else instant - max(since, origin)
@@ -625,9 +637,12 @@ class FleetCore:
         if len(peers) >= max(enough, 1) and covered >= _MIN_ECC_HISTORY_MS:
             reference = healthy_ceiling(peers) * DAY_MS / covered
         self._ecc_references[instant + period] = self._out.ecc_references[instant + period] = reference
-        # Older references are needed only by a core restarted from its last checkpoint.
-        for old in [start for start in self._ecc_references if start < instant - 2 * DAY_MS]:
-            del self._ecc_references[old]
+        # Older references are needed only by a core restarted from its last checkpoint. They are
+        # made in time order, so the oldest are first: an hourly boundary over years of history
+        # must not go over all of them.
+        references, keep_from = self._ecc_references, instant - 2 * DAY_MS
+        while references and (oldest := next(iter(references))) < keep_from:
+            del references[oldest]
 
     def _usual_burst(self) -> float:
         """The fleet's usual burst from the peaks applied so far: their quantile, but no larger

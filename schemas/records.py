@@ -249,6 +249,12 @@ class XidEvent:
         NVSwitch ``SXid``, whose ``xid`` is the SXid code, ``pci_bus_id`` the switch's PCI id and
         ``gpu`` None. Last among the fields so that positional construction keeps its meaning; left
         out of the wire form when ``"gpu"``, so GPU records are the bytes they were before.
+    since_ms
+        Set on an XID a gauge of the last XID code reported (DCGM field 230, whose value changed):
+        the time of the gauge's previous sample, after which the XID happened (at or before
+        ``ts_ms``, the sample's time); 0 when no previous sample was seen (any time before). None
+        for an XID the driver logged, at its own time. The detection core pairs the two reports of
+        one XID with it (:mod:`detectors.xid_reports`). Not part of the identity; wire name ``since``.
     """
 
     ts_ms: int
@@ -262,6 +268,7 @@ class XidEvent:
     message: str = ""
     source: str = ""
     device: str = "gpu"
+    since_ms: int | None = None
 
     @property
     def gpu_key(self) -> str:
@@ -313,6 +320,7 @@ class XidEvent:
                 "process": self.process,
                 "message": self.message,
                 "device": None if self.device == "gpu" else self.device,
+                "since": self.since_ms,
             }
         )
 
@@ -339,6 +347,7 @@ class XidEvent:
             process = get("process")
             message = get("message")
             device = get("device")
+            since = get("since")
             try:
                 ts_ms = ts if type(ts) is int else parse_iso_ts(ts) if type(ts) is str else None
                 pci_bus_id = (
@@ -365,6 +374,7 @@ class XidEvent:
                 and (process is None or type(process) is str)
                 and (message is None or type(message) is str)
                 and (device is None or device == "gpu" or device == "nvswitch")
+                and (since is None or (type(since) is int and 0 <= since <= ts_ms))
             ):
                 twin = _XID_TWIN()
                 twin.ts_ms = ts_ms
@@ -378,6 +388,7 @@ class XidEvent:
                 twin.message = message or ""
                 twin.source = source
                 twin.device = device or "gpu"
+                twin.since_ms = since
                 twin.__class__ = XidEvent
                 event: XidEvent = twin
                 return event
@@ -394,8 +405,12 @@ class XidEvent:
             device = "gpu"
         elif device not in XID_DEVICES:
             raise InvalidRecord(f"field 'device' must be one of {', '.join(XID_DEVICES)}, got {device!r}")
+        ts_ms = _ts(data, "ts") or 0
+        since = _int(data, "since", required=False, maximum=TS_MAX_MS)
+        if since is not None and since > ts_ms:
+            raise InvalidRecord(f"field 'since' must not be after 'ts', got {since} > {ts_ms}")
         return cls(
-            ts_ms=_ts(data, "ts") or 0,
+            ts_ms=ts_ms,
             cluster=_str(data, "cluster"),
             node=_str(data, "node"),
             xid=xid,
@@ -406,22 +421,26 @@ class XidEvent:
             message=_str(data, "message", required=False),
             source=source,
             device=device,
+            since_ms=since,
         )
 
 
 _XID_TWIN: Final = _mutable_twin(XidEvent)
 _XID_FIELDS: Final = tuple(f.name for f in fields(XidEvent))
+#: The fields added after the first layout, at their defaults: what an older pickle lacks.
+_XID_LATER_FIELDS: Final = {"device": "gpu", "since_ms": None}
 
 
 def _xid_setstate(self: XidEvent, state: Sequence[Any]) -> None:
-    """Unpickle an :class:`XidEvent`, also the ten-field layout from before ``device``: worker
-    checkpoints written by the previous version then load as GPU events instead of being refused.
+    """Unpickle an :class:`XidEvent`, also the layouts from before ``device`` (ten fields) and
+    ``since_ms`` (eleven): worker checkpoints written by a previous version then load as events
+    the driver logged instead of being refused.
 
     (A frozen slotted dataclass pickles as its field values in order; the generated
     ``__setstate__`` would leave a missing trailing field unset.)
     """
-    for name, value in zip(_XID_FIELDS, (*state, "gpu")[: len(_XID_FIELDS)], strict=True):
-        object.__setattr__(self, name, value)
+    for index, name in enumerate(_XID_FIELDS):
+        object.__setattr__(self, name, state[index] if index < len(state) else _XID_LATER_FIELDS[name])
 
 
 # Set after the class is made: Python 3.11's early releases (Debian's 3.11.2) let @dataclass(slots=True,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime
 
 __all__ = ["DAY_MS", "HOUR_MS", "MINUTE_MS", "format_ts", "parse_iso_ts", "parse_ts"]
@@ -54,8 +55,10 @@ def parse_ts(value: object) -> int:
     raise ValueError(f"timestamp must be an ISO-8601 string or epoch milliseconds, got {value!r}")
 
 
+@functools.lru_cache(maxsize=4096)
 def format_ts(ts_ms: int) -> str:
-    """Return the ISO-8601 UTC form (millisecond precision, ``Z`` suffix) of epoch milliseconds.
+    """Return the ISO-8601 UTC form (millisecond precision, ``Z`` suffix) of epoch milliseconds
+    (cached: an incident's summary names its first evidence at each of its updates).
 
     >>> format_ts(1705314225500)
     '2024-01-15T10:23:45.500Z'

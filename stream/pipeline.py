@@ -6,7 +6,8 @@ same, and lives here:
 
 1. the detection core processes it (:meth:`detectors.core.DetectionCore.process`);
 2. the raw record is added to the sink's batch — except ECC samples, which are stored
-   downsampled from the rows the core emits;
+   downsampled from the rows the core emits, and the second report of an XID already taken
+   (:meth:`detectors.core.DetectionCore.repeats`);
 3. a record the core refuses as late (older than its watermark) becomes a dead letter instead,
    in the sink's batch and in the runtime's :class:`~stream.sinks.dead_letters.DeadLetterProducer`;
 4. :meth:`RecordPipeline.drain` moves what the core decided (incidents, attributions, MTTF
@@ -114,9 +115,13 @@ class RecordPipeline:
         if isinstance(record, EccSample):  # stored downsampled, from the rows the core emits
             if self.core.process_ecc(record):
                 return None
-        elif self.core.process(record):
-            self.sink.add(record, self.batch)
-            return None
+        else:
+            # The second report of one XID (kernel line, DCGM gauge) is not an event of its own.
+            repeat = self.core.repeats(record)
+            if self.core.process(record):
+                if not repeat:
+                    self.sink.add(record, self.batch)
+                return None
         return self.reject_late(record, self.core.watermark_ms or 0, source)
 
     def apply_samples(self, samples: Sequence[EccSample], source: str) -> tuple[int, int | None]:

@@ -86,6 +86,7 @@ def replay(
     fmt: Format | None = None,
     progress: Callable[[int, int], None] | None = None,
     dead_letter_file: Path | None = None,
+    inventory: Iterable[str] = (),
 ) -> ReplaySummary:
     """Replay files through the detection core into ClickHouse and return a summary.
 
@@ -105,6 +106,9 @@ def replay(
         Called as ``progress(bytes_done, bytes_total)`` now and then.
     dead_letter_file
         Also append dead letters to this JSON Lines file.
+    inventory
+        The fleet's nodes (``replay --inventory``): the lemon statistics compare each node with
+        all of them, not only with the nodes the inputs name.
 
     Raises
     ------
@@ -122,11 +126,14 @@ def replay(
             flush_with_retry(sink, on_retry=_log_retry)
 
     letters = DeadLetterFile(dead_letter_file) if dead_letter_file is not None else NoDeadLetters()
+    core = DetectionCore(config, xid_overrides=overrides)
+    if core.fleet is not None:
+        core.fleet.know_nodes(inventory, options.cluster)
     try:
         summary = run_files(
             paths,
             settings,
-            DetectionCore(config, xid_overrides=overrides),
+            core,
             sink,
             options,
             fmt=fmt,

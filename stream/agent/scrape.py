@@ -4,8 +4,9 @@ every N seconds, read by the same parsers as ``replay`` reads their files.
 Each scrape gives one ECC sample per GPU (:class:`schemas.records.EccSample`), stamped with the
 scrape's time when the exporter gives none and with the agent's node when it has no ``Hostname``
 label, encoded and keyed as ``replay --to`` sends them (:mod:`stream.kafka.codec`). The exporter's
-XID gauge is not published: the kernel log the agent follows is the complete source of XIDs (the
-same XID from both would be two events). A value the parser cannot use is counted and skipped.
+XID gauge is not published: the kernel log the agent follows is the complete source of XIDs, and
+each scrape is parsed alone, so a change of the gauge could not be told from a value it kept. A
+value the parser cannot use is counted and skipped.
 """
 
 from __future__ import annotations

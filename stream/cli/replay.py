@@ -131,6 +131,7 @@ def run_replay(args: argparse.Namespace) -> int:
             fmt=Format(args.format) if args.format else None,
             progress=update,
             dead_letter_file=dead_letter_file,
+            inventory=[node.node for node in inventory or ()],
         )
     finally:
         bar.close()

@@ -24,6 +24,7 @@ helpers parse while the replay takes the parts before theirs.
 
 from __future__ import annotations
 
+import dataclasses
 import mmap
 import re
 from collections.abc import Callable, Iterator
@@ -45,8 +46,8 @@ _FIRST_READ_LINE: Final = re.compile(b"(?:^|\n)(" + b"|".join(re.escape(name) fo
 _COUNT_BYTES: Final = 64 << 20
 
 #: Where a part's reading ended: (metric met last, families of its last scrape, its samples
-#: without time stamps ``[first, last, count, raw]`` or None, each GPU's last XID value read).
-PartEnd = tuple[bytes, set[bytes], list[Any] | None, dict[tuple[str, int], int]]
+#: without time stamps ``[first, last, count, raw]`` or None, each GPU's last XID value and its time).
+PartEnd = tuple[bytes, set[bytes], list[Any] | None, dict[tuple[str, int], tuple[int, int]]]
 
 
 def part_bounds(data: bytes | mmap.mmap, part_bytes: int) -> list[int]:
@@ -111,7 +112,7 @@ def serve_parts(
                 write("items", end, (parser.first_name, pack_items(out)))
                 out = []
             parser.flush(out)
-            xids = {key: parser.last_xid.get(key, 0) for key in parser.xid_seen}
+            xids = {key: parser.last_xid[key] for key in parser.xid_seen}
             state: PartEnd = (parser.current_metric, set(parser.seen_metrics), parser.untimed, xids)
             write("part", end, (parser.first_name, state, pack_items(out)))
             counted_to, lines_before = end, parser.line_no - 1
@@ -159,7 +160,7 @@ class ParsedInParts:
 
     def _merged(self) -> Iterator[Record | InvalidRecord]:
         frames = [helper.frames() for helper in self._helpers]
-        last_xid: dict[tuple[str, int], int] = {}  # the GPUs with a code > 0
+        last_xid: dict[tuple[str, int], tuple[int, int]] = {}  # (value, time) of each GPU's field 230
         untimed: list[Any] | None = None
         ended: PartEnd | None = None  # where the reading of the parts so far ended
         held: list[Any] = []  # their last scrape: yielded once the next part is seen to start one
@@ -189,11 +190,7 @@ class ParsedInParts:
                 if first_name is not None:  # a part without read lines leaves the reading as it was
                     held.extend(self._resolved(tail, last_xid))
                     ended = state
-                    for key, value in state[3].items():
-                        if value:
-                            last_xid[key] = value
-                        else:
-                            last_xid.pop(key, None)
+                    last_xid.update(state[3])
                     if state[2] is not None:
                         if untimed is None:
                             untimed = list(state[2])
@@ -209,17 +206,22 @@ class ParsedInParts:
             yield untimed_dead_letter(untimed, self.source)
 
     @staticmethod
-    def _resolved(segments: Segments, last_xid: dict[tuple[str, int], int]) -> list[Any]:
-        """A part's items with its pending XIDs decided: an event where the code differs from the
-        GPU's last value before the part (they travel in the pickled segments, never in the samples')."""
+    def _resolved(segments: Segments, last_xid: dict[tuple[str, int], tuple[int, int]]) -> list[Any]:
+        """A part's items with its pending XIDs decided: an event, since the GPU's last sample before
+        the part, where the code differs from its value there (they travel in the pickled segments,
+        never in the samples')."""
         for index, segment in enumerate(segments):
             if type(segment) is list and any(type(item) is PendingXid for item in segment):
-                segments[index] = [
-                    item.event if type(item) is PendingXid else item
-                    for item in segment
-                    if type(item) is not PendingXid
-                    or item.event.xid != last_xid.get((item.event.node, item.event.gpu), 0)
-                ]
+                decided = []
+                for item in segment:
+                    if type(item) is PendingXid:
+                        event = item.event
+                        previous, previous_ms = last_xid.get((event.node, event.gpu or 0), (0, 0))
+                        if event.xid != previous:
+                            decided.append(dataclasses.replace(event, since_ms=previous_ms))
+                    else:
+                        decided.append(item)
+                segments[index] = decided
         return list(unpack_items(segments))
 
     def _in_process(self) -> Iterator[Any]:

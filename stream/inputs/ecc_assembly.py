@@ -15,7 +15,7 @@ samples go out in time order: a complete one waits for the GPU's earlier ones.
 
 The XID gauge (``DCGM_FI_DEV_XID_ERRORS``, the last XID code) becomes an
 :class:`~schemas.records.XidEvent` when its value is > 0 and differs from the GPU's previous value,
-as a scrape file's does.
+as a scrape file's does, with ``since_ms`` the time of the gauge's previous sample.
 
 >>> from stream.inputs.parsers.remote_write import DcgmPoint
 >>> now = [0.0]
@@ -70,6 +70,8 @@ class _GpuState:
     #: The time of the GPU's last sample out: a point at or before it comes too late.
     last_ms: int = -1
     last_xid: int = 0
+    #: The time of the GPU's last sample of the XID gauge out (0: none yet).
+    xid_ms: int = 0
 
 
 class EccAssembly:
@@ -140,15 +142,21 @@ class EccAssembly:
         closed, self._closed = self._closed, []
         return closed
 
-    def gpu_state(self, node: str, gpu: int) -> tuple[int, int, tuple[str, ...]] | None:
-        """(time of its last sample out, its last XID gauge value, the counters it held) of a GPU."""
+    def gpu_state(self, node: str, gpu: int) -> tuple[int, int, tuple[str, ...], int] | None:
+        """(time of its last sample out, its last XID gauge value, the counters it held, the time
+        of its last XID gauge sample) of a GPU."""
         state = self._gpus.get((node, gpu))
-        return None if state is None else (state.last_ms, state.last_xid, tuple(sorted(state.known)))
+        if state is None:
+            return None
+        return state.last_ms, state.last_xid, tuple(sorted(state.known)), state.xid_ms
 
-    def restore_gpu(self, node: str, gpu: int, last_ms: int, last_xid: int, known: Iterable[str]) -> None:
+    def restore_gpu(
+        self, node: str, gpu: int, last_ms: int, last_xid: int, known: Iterable[str], xid_ms: int = 0
+    ) -> None:
         """Take up a GPU where a previous assembly left it (a receiver's restart)."""
         state = self._gpus.setdefault((node, gpu), _GpuState())
         state.last_ms, state.last_xid, state.known = last_ms, last_xid, frozenset(known)
+        state.xid_ms = xid_ms
 
     def _ready(self, key: _Gpu, state: _GpuState, now: float) -> list[EccSample | XidEvent]:
         """The GPU's gatherings that are complete, oldest first, up to the first that is not."""
@@ -176,9 +184,11 @@ class EccAssembly:
                             pci_bus_id=gathering.pci_bus_id,
                             gpu=gpu,
                             message=XID_MESSAGE,
+                            since_ms=state.xid_ms,
                         )
                     )
                 state.last_xid = xid
+                state.xid_ms = ts_ms
             if gathering.counters:
                 out.append(
                     EccSample(

@@ -65,8 +65,7 @@ _PARSERS: Mapping[str, Callable[[object, str], Record]] = {
 class _EccWire(msgspec.Struct, gc=False):
     """An ECC sample's line (``ts`` as integer epoch ms, or ISO-8601) decoded into typed fields,
     its counters checked in C: the lines whose times are ISO-8601 strings, which the sample's own
-    decoder (integer times) does not read. Against ``orjson.loads`` + ``from_dict`` it took a
-    line's decoding from ~2.9 to ~1.5 µs, and checking the counters from ~4.4 to ~2.2."""
+    decoder (integer times) does not read: about half the cost of ``orjson.loads`` + ``from_dict``."""
 
     ts: int | str
     cluster: str
@@ -127,7 +126,7 @@ _JsonInt = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 class _JobWire(msgspec.Struct):
     """A job state change's line (times as integer epoch ms, or ISO-8601), decoded straight into
     typed fields; what the types cannot say :meth:`JobEvent.from_fields` checks, as ``from_dict``
-    does. 3.3 -> 2.4 µs a record against ``orjson.loads`` + ``from_dict`` (benchmarks/decode.py)."""
+    does: cheaper than ``orjson.loads`` + ``from_dict`` (benchmarks/decode.py)."""
 
     ts: int | str
     cluster: str

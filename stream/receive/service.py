@@ -79,7 +79,7 @@ class Receiver:
         self._open: dict[bytes, set[_Where]] = {}
         self._saved_in: dict[_Where, list[bytes]] = {}
         #: Each GPU's place as last saved: written again only when its counters or XID gauge change.
-        self._places: dict[tuple[str, int], tuple[tuple[str, ...], int]] = {}
+        self._places: dict[tuple[str, int], tuple[tuple[str, ...], int, int]] = {}
         self._run = uuid.uuid4().hex[:12]  # request keys of this run never meet a previous run's
         #: Deliveries under way; set when one failed (the server stops: a restart sends again).
         self._deliveries: set[asyncio.Task[None]] = set()
@@ -117,8 +117,9 @@ class Receiver:
             document = orjson.loads(value)
             if key.startswith(b"gpu/"):
                 node, gpu, known = document["node"], document["gpu"], tuple(document["known"])
-                self.assembly.restore_gpu(node, gpu, document["last_ms"], document["last_xid"], known)
-                self._places[(node, gpu)] = (known, document["last_xid"])
+                xid_ms = document.get("xid_ms", 0)  # absent in a place saved before it was kept
+                self.assembly.restore_gpu(node, gpu, document["last_ms"], document["last_xid"], known, xid_ms)
+                self._places[(node, gpu)] = (known, document["last_xid"], xid_ms)
                 continue
             self._save(key, document)
             points.extend(
@@ -183,14 +184,19 @@ class Receiver:
         for node, gpu in sorted({(node, gpu) for node, gpu, _ in closed}):
             place = self.assembly.gpu_state(node, gpu)
             assert place is not None
-            last_ms, last_xid, known = place
-            if self._places.get((node, gpu)) != (known, last_xid):
-                self._places[(node, gpu)] = (known, last_xid)
+            last_ms, last_xid, known, xid_ms = place
+            # The gauge's sample time is saved with its value only: a gauge that did not change
+            # is not written again at every scrape (a restart takes the last change's time as the
+            # previous sample: a wider interval for the next change, never a narrower one).
+            saved = self._places.get((node, gpu))
+            if saved is None or saved[:2] != (known, last_xid):
+                self._places[(node, gpu)] = (known, last_xid, xid_ms)
                 value = {
                     "node": node,
                     "gpu": gpu,
                     "last_ms": last_ms,
                     "last_xid": last_xid,
+                    "xid_ms": xid_ms,
                     "known": list(known),
                 }
                 places.append((_gpu_key(node, gpu), orjson.dumps(value)))

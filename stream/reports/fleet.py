@@ -3,12 +3,14 @@
 The question a reliability engineer asks first of a fleet's failure history is its MTBF per
 quarter, and that needs no job records: the nodes (from the inventory, ``replay --inventory`` /
 ``FAULTSTREAM_INVENTORY_FILE``; without one, every node any input named, which the report says),
-and the hardware failures (one critical hardware incident is one failure episode: repeats of a GPU
-within the quiet period are one incident). Per calendar window (UTC day, ISO week from Monday,
-month, quarter), clipped to the data's span:
+and the hardware failures: failure episodes of a GPU, its critical hardware incidents each within
+``episode_gap_s`` (the critical incidents' quiet period) of the one before counted once — repeats of
+a kind are one incident already, and a double-bit error that takes its GPU off the bus minutes later
+is two incidents (``gpu_memory``, ``gpu_bus``) and one failure. Per calendar window (UTC day, ISO
+week from Monday, month, quarter), clipped to the data's span:
 
 * ``nodes``, ``node_days`` (nodes x the window's days),
-* ``hardware_failures`` (critical hardware incidents whose first evidence falls in the window),
+* ``hardware_failures`` (failure episodes whose first evidence falls in the window),
 * ``failures_per_1000_node_days`` and ``mtbf_hours`` (the system MTBF: the window's hours over its
   failures, None without a failure),
 
@@ -28,9 +30,11 @@ from schemas.outputs import IncidentKind
 from stream.sinks.store import query_rows
 
 __all__ = [
+    "EPISODE_GAP_S",
     "FLEET_WINDOWS",
     "HARDWARE_FAILURE_KINDS",
     "choose_fleet_window",
+    "failure_episodes",
     "fleet_reliability",
     "window_starts",
 ]
@@ -48,6 +52,9 @@ HARDWARE_FAILURE_KINDS: Final = (
     IncidentKind.NVSWITCH_FATAL,
 )
 FLEET_WINDOWS: Final = ("day", "week", "month", "quarter")
+#: Critical incidents of a GPU this close (seconds) are one failure: the detectors' default quiet
+#: period of critical incidents (``CoreConfig.quiet_period_ms``).
+EPISODE_GAP_S: Final = 3_600
 _DAY_S: Final = 86_400
 
 
@@ -106,7 +113,12 @@ def window_starts(first_s: int, last_s: int, window: str) -> list[tuple[datetime
 
 
 def fleet_reliability(
-    client: Client, db: str, window: str, first_s: int | None, last_s: int | None
+    client: Client,
+    db: str,
+    window: str,
+    first_s: int | None,
+    last_s: int | None,
+    episode_gap_s: int = EPISODE_GAP_S,
 ) -> dict[str, Any]:
     """The fleet view of the store: its nodes, and per window their hardware failures and MTBF."""
     inventory = query_rows(client, f"SELECT node, model FROM {db}.fleet_inventory FINAL")
@@ -123,11 +135,13 @@ def fleet_reliability(
         models = {row["node"]: "" for row in seen}
         assumed = True
     kinds = ", ".join(f"'{kind.value}'" for kind in HARDWARE_FAILURE_KINDS)
-    failures = query_rows(
+    incidents = query_rows(
         client,
-        f"""SELECT node, toUnixTimestamp(first_evidence) AS at FROM {db}.incidents FINAL
-        WHERE severity = 'critical' AND kind IN ({kinds})""",
+        f"""SELECT node, gpu, toUnixTimestamp(first_evidence) AS at, toUnixTimestamp(last_evidence) AS last
+        FROM {db}.incidents FINAL WHERE severity = 'critical' AND kind IN ({kinds})
+        ORDER BY node, gpu, at, last""",
     )
+    failures = failure_episodes(incidents, episode_gap_s)
     result: dict[str, Any] = {
         "window": window,
         "inventory": not assumed,
@@ -168,6 +182,29 @@ def fleet_reliability(
             }
         result["windows"].append(entry)
     return result
+
+
+def failure_episodes(incidents: list[dict[str, Any]], gap_s: int) -> list[dict[str, Any]]:
+    """The failure episodes of critical incidents sorted by node, GPU and first evidence: an incident
+    starting within ``gap_s`` of the latest evidence of the GPU's episode so far is part of it.
+
+    >>> rows = [{"node": "n1", "gpu": "0000:3b:00", "at": 0, "last": 60},
+    ...         {"node": "n1", "gpu": "0000:3b:00", "at": 200, "last": 200},    # off the bus after its DBE
+    ...         {"node": "n1", "gpu": "0000:3b:00", "at": 9000, "last": 9000}]  # hours later: a new failure
+    >>> [episode["at"] for episode in failure_episodes(rows, 3600)]
+    [0, 9000]
+    """
+    episodes: list[dict[str, Any]] = []
+    place: tuple[str, str] | None = None
+    latest = 0
+    for row in incidents:
+        here = (row["node"], row["gpu"])
+        if here != place or row["at"] > latest + gap_s:
+            episodes.append(row)
+            place, latest = here, row["last"]
+        else:
+            latest = max(latest, row["last"])
+    return episodes
 
 
 def _figures(nodes: int, days: float, failures: int) -> dict[str, Any]:

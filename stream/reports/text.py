@@ -227,7 +227,8 @@ def build_report(
     step("fleet reliability")
     first_s, last_s = span_row["first_epoch"], span_row["last_epoch"]
     span_days = (last_s - first_s) / 86_400 if first_s is not None and last_s is not None else None
-    fleet = fleet_reliability(client, db, choose_fleet_window(fleet_window, span_days), first_s, last_s)
+    calendar = choose_fleet_window(fleet_window, span_days)
+    fleet = fleet_reliability(client, db, calendar, first_s, last_s, settings.quiet_period_seconds)
     step("incidents")
     incidents = query_rows(
         client,

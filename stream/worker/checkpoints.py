@@ -17,8 +17,8 @@ this one: a session that timed out, a rebalance during a slow commit point), and
 refused with :class:`StaleCheckpoint`; the worker then drops the partition's state, commits
 nothing for it, and reloads the newer checkpoint if it still owns the partition. Without the check
 a stale owner's older checkpoint could land after the newer owner's and be the one the next owner
-restored, older than the group's committed offset (the "takeover gap" of issue 12: 2,293 messages
-once; the gap re-read covered it). The check and the write are two requests, so a takeover in the
+restored, older than the group's committed offset (a "takeover gap", which the restore would then
+read again). The check and the write are two requests, so a takeover in the
 milliseconds between them is not caught; the restore then warns of the gap and reads it again.
 
 Storage is a compacted Kafka topic (``topic_checkpoints``) with one partition per input partition:
@@ -65,8 +65,8 @@ _log = logging.getLogger("faultstream.checkpoints")
 #: then refused loudly. 2: the layout by concept (stream.worker.*, detectors split); 3: the fleet
 #: stage (detectors.fleet) inside the core; 4: held records as their lines (:data:`HeldRecord`). A
 #: format in ``_READABLE`` but older than ``FORMAT`` is still restored. 5: LZ4, not zlib, and the
-#: held lines in columns (a commit point while one input ran 66,000 records ahead of another took
-#: 100 ms to encode, 25 ms since).
+#: held lines in columns (about a quarter of the time to encode a commit point holding many
+#: records).
 FORMAT = 5
 _READABLE = frozenset({"3", "4", "5"})
 #: Formats whose body is zlib-compressed (later ones: LZ4 frames).

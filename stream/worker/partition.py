@@ -214,10 +214,12 @@ class PartitionWorker:
         sink: RecordSink,
         dead_letters: DeadLetterProducer,
         xid_overrides: tuple[XidOverride, ...] = (),
+        inventory: tuple[str, ...] = (),
     ) -> PartitionWorker:
         """A fresh partition, or one continuing from ``checkpoint``; ``drained(source)`` tells the
         merge whether anything of that source is still waiting to be read. The partition writes
-        into its own batch of ``sink`` and of ``dead_letters``."""
+        into its own batch of ``sink`` and of ``dead_letters``. Partition 0 runs the fleet stage,
+        which knows the fleet's ``inventory`` (nodes a restored stage knew already stay as they were)."""
         merger: EventTimeMerger[HeldLine] = EventTimeMerger(
             sources,
             idle_after=settings.worker_idle_seconds,
@@ -253,6 +255,8 @@ class PartitionWorker:
             )
         if partition == 0 and state.fleet is None:
             state.fleet = FleetCore(settings.core_config().fleet_config(), settings.topic_partitions)
+        if state.fleet is not None:
+            state.fleet.know_nodes(inventory, settings.cluster)
         return state
 
     @property

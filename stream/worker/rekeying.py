@@ -7,8 +7,8 @@ The worker that owns a ``jobs`` partition copies each of its messages to ``jobs-
 message per partition that holds a node of the message's jobs, and commits the ``jobs`` offset once
 every copy was delivered. A worker that dies (or loses the partition in a rebalance) between the
 delivery and the commit leaves copies behind that its successor sends again: after eight kills in
-a replay 1,514 to 1,538 extra copies, and the extras that arrived behind their partition's watermark
-became ``late event`` dead letters (issue 17).
+a replay some 1,500 extra copies, and the extras that arrived behind their partition's watermark
+would be ``late event`` dead letters.
 
 So each copy carries its source in a header, ``faultstream-rekeyed-from: <jobs partition>:<offset>``
 (a copy of a message of several lines: they share its offset), or ``<jobs partition>:<o1>,<o2>,...``

@@ -16,6 +16,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from aiokafka.errors import KafkaError
@@ -44,6 +45,7 @@ from stream.sinks.dead_letters import (
     reason_class,
     to_dead_letter,
 )
+from stream.sinks.inventory import read_inventory
 from stream.worker.broker import BrokerQueries, PartitionReader
 from stream.worker.checkpoints import CheckpointTopic, StaleCheckpoint
 from stream.worker.commit import CommitPoint
@@ -130,6 +132,12 @@ class WorkerRuntime:
         #: brought to it: :func:`stream.worker.partition.adopt_configuration`).
         self.core_config = settings.core_config()
         self.xid_overrides = settings.xid_overrides()
+        #: The fleet's inventory (its nodes' names), for the fleet stage's lemon statistics.
+        self.inventory = (
+            tuple(node.node for node in read_inventory(Path(settings.inventory_file)))
+            if settings.inventory_file
+            else ()
+        )
         self.topics = topics
         self.sink = sink
         self.metrics = metrics
@@ -526,7 +534,7 @@ class WorkerRuntime:
         if loaded is None:
             state = PartitionWorker.start(
                 number, self.settings, self._sources, None, drained, self.sink, self.dead_letters,
-                self.xid_overrides,
+                self.xid_overrides, self.inventory,
             )  # fmt: skip
             _log.info("partition %d: no checkpoint, the detectors start afresh", number)
         else:
@@ -541,8 +549,9 @@ class WorkerRuntime:
                     number, self.sink.config, "; ".join(changes),
                 )  # fmt: skip
             state = PartitionWorker.start(
-                number, self.settings, self._sources, checkpoint, drained, self.sink, self.dead_letters
-            )
+                number, self.settings, self._sources, checkpoint, drained, self.sink, self.dead_letters,
+                inventory=self.inventory,
+            )  # fmt: skip
             for topic, offset in checkpoint.offsets.items():
                 self.positions.expect(TP(topic, number), offset + 1)
             self.metrics.checkpoints_restored.inc()

@@ -48,5 +48,7 @@ def test_hostile_messages_crash_nothing_and_all_land_in_dead_letters(
     assert report.distinct_on_topic == report.bad_lines <= report.dead_letters_on_topic
     assert report.letters_without_reason == 0
     assert report.results_equal, report.results_problem
+    # The example's kernel log, shipped line by line among the hostile values: every XID kept.
+    assert report.kernel_events > 900 and report.xid_events == report.kernel_events
     reasons = set(report.dead_letters_by_reason)
     assert {"field 'ts' out of range", "field 'xid' must be <= 65535", "not JSON"} <= reasons, reasons

@@ -21,23 +21,13 @@ import cramjam
 import orjson
 import pytest
 
-from stream.inputs.parsers.remote_write import WriteRequest
 from tests.services import kafka
+from tests.services.fuzz_receive import body
 from tests.services.worker import ROOT, cli, free_port
 
 pytestmark = pytest.mark.e2e
 
 DATA = ROOT / "tests" / "data" / "remote_write"
-
-
-def body(series: list[tuple[dict[str, str], float, int]]) -> bytes:
-    request = WriteRequest()
-    for labels, value, ts in series:
-        added = request.timeseries.add()
-        for name, label in sorted(labels.items()):
-            added.labels.add(name=name, value=label)
-        added.samples.add(value=value, timestamp=ts)
-    return bytes(cramjam.snappy.compress_raw(request.SerializeToString()))
 
 
 def gpu(name: str, node: str = "n1", index: int = 0, **more: str) -> dict[str, str]:
@@ -149,10 +139,14 @@ def test_a_receiver_killed_between_a_sample_s_requests_takes_up_what_it_gathered
     port = free_port()
     ts = 1_704_067_200_000
     counters = ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL")
+    xid = "DCGM_FI_DEV_XID_ERRORS"
     first = Receive(deployment, tmp_path / "receive.log", port)
     try:
-        for step in range(3):  # three scrapes: the GPU's counters become known
-            assert first.post(body([(gpu(name), step, ts + step * 60_000) for name in counters]))[0] == 204
+        for step in range(3):  # three scrapes: the GPU's counters become known; the XID gauge turns 79
+            series = [(gpu(name), step, ts + step * 60_000) for name in counters]
+            assert (
+                first.post(body([*series, (gpu(xid), 79 if step == 2 else 0, ts + step * 60_000)]))[0] == 204
+            )
         time.sleep(3)
         assert first.post(body([(gpu(counters[0]), 7, ts + 3 * 60_000)]))[0] == 204  # half of the fourth
         time.sleep(0.5)
@@ -161,7 +155,8 @@ def test_a_receiver_killed_between_a_sample_s_requests_takes_up_what_it_gathered
         first.process.wait(timeout=30)
     second = Receive(deployment, tmp_path / "receive.log", port)
     try:
-        assert second.post(body([(gpu(counters[1]), 1, ts + 3 * 60_000)]))[0] == 204  # its other half
+        rest = [(gpu(counters[1]), 1, ts + 3 * 60_000), (gpu(xid), 48, ts + 3 * 60_000)]
+        assert second.post(body(rest))[0] == 204  # its other half
         time.sleep(1)
     finally:
         second.process.terminate()
@@ -171,3 +166,10 @@ def test_a_receiver_killed_between_a_sample_s_requests_takes_up_what_it_gathered
     fourth = [s for s in samples if s["ts"] == ts + 3 * 60_000]
     assert [s["counters"] for s in fourth] == [{"sbe_volatile": 7, "dbe_volatile": 1}]
     assert sorted({s["ts"] for s in samples}) == [ts + step * 60_000 for step in range(4)]
+    # The gauge's changes, each after the gauge's previous sample: the restarted receiver took up
+    # the time of the sample that showed 79 as the previous one of the change to 48.
+    changes = [orjson.loads(value) for _, value, _ in topic_values(deployment, "XID")]
+    assert [(c["ts"] - ts, c["xid"], c["since"] - ts) for c in changes] == [
+        (120_000, 79, 60_000),
+        (180_000, 48, 120_000),
+    ]

@@ -48,7 +48,7 @@ from tests.services.worker import (
 pytestmark = pytest.mark.e2e
 
 PARTITIONS = 4
-#: Issue 17's target: a killed worker's partitions commit again within this long of its
+#: The failover target: a killed worker's partitions commit again within this long of its
 #: replacement's launch, each time.
 RESUME_SECONDS = 10.0
 
@@ -56,10 +56,9 @@ RESUME_SECONDS = 10.0
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], dict[str, list[dict]], str]:
     """A simulated 60-node cluster, 40 days with DCGM scrapes every 40 minutes (~690,000 records:
-    at one record a message, joined by two (``BACKLOG_JOIN_RECORDS``), a backlog that outlasts
-    five kills; at 100 minutes, once the worker's merge freed released records at once (ee11e71),
-    the workers were done before the fifth, and at 50 the five kills took 35 s of a backlog worked
-    through 15 s after them (a4df5a3)), and what the embedded replay makes of it."""
+    at one record a message, joined by two (``BACKLOG_JOIN_RECORDS``): a backlog that outlasts
+    five kills, where sparser scrapes let the workers finish before the last), and what the
+    embedded replay makes of it."""
     folder = tmp_path_factory.mktemp("failover")
     sim = folder / "sim"
     cli({}, "simulate", "--nodes", "60", "--days", "40", "--seed", "21", "--ecc-interval-minutes", "40",

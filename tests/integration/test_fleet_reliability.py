@@ -49,12 +49,22 @@ def test_with_an_inventory_every_node_counts_and_mtbf_is_hours_over_failures(
     fleet = report["fleet"]
     assert fleet["inventory"] and fleet["nodes"] == 100 and fleet["window"] == "week"
     kinds = "'gpu_memory','gpu_row_remap','gpu_nvlink','gpu_bus','gpu_firmware','gpu_engine','gpu_thermal_power','gpu_recovery','nvswitch_fatal'"
-    failures = query(
+    rows = query(
         store,
-        f"""SELECT toString(toMonday(first_evidence)) AS week, count() AS n
-        FROM faultstream.incidents FINAL WHERE severity = 'critical' AND kind IN ({kinds}) GROUP BY week""",
+        f"""SELECT node, gpu, toString(toMonday(first_evidence)) AS week, toUnixTimestamp(first_evidence) AS at,
+        toUnixTimestamp(last_evidence) AS last
+        FROM faultstream.incidents FINAL WHERE severity = 'critical' AND kind IN ({kinds})""",
     )
-    expected = {row["week"]: int(row["n"]) for row in failures}
+    # A failure: a GPU's critical incidents each within the hour of the latest evidence before it.
+    by_gpu: dict[tuple[str, str], list[dict[str, object]]] = {}
+    for row in rows:
+        by_gpu.setdefault((row["node"], row["gpu"]), []).append(row)
+    expected: dict[str, int] = {}
+    for incidents in by_gpu.values():
+        incidents.sort(key=lambda row: (row["at"], row["last"]))
+        for index, row in enumerate(incidents):
+            if index == 0 or int(row["at"]) > max(int(r["last"]) for r in incidents[:index]) + 3600:
+                expected[str(row["week"])] = expected.get(str(row["week"]), 0) + 1
     assert sum(expected.values()) > 0, "the simulated weeks have no hardware failure to count"
     got = {w["start"][:10]: w["hardware_failures"] for w in fleet["windows"] if w["hardware_failures"]}
     assert got == expected
@@ -71,6 +81,23 @@ def test_with_an_inventory_every_node_counts_and_mtbf_is_hours_over_failures(
                 1000 * window["hardware_failures"] / window["node_days"], rel=1e-3)  # fmt: skip
         else:
             assert window["mtbf_hours"] is None
+    # The reliability dashboard's fleet panel gives the report's figures for every full week.
+    board = json.loads(
+        (Path(__file__).resolve().parents[2] / "docker/grafana/dashboards/reliability.json").read_text()
+    )
+    [panel] = [p for p in board["panels"] if p["title"] == "Fleet MTBF per week (hours)"]
+    sql = panel["targets"][0]["rawSql"].replace("$__timeFilter(first_evidence)", "1")
+    rows = {str(row["time"])[:10]: row for row in query(store, sql)}
+    full_weeks = [
+        w for w in fleet["windows"] if w["node_days"] == pytest.approx(700) and w["hardware_failures"]
+    ]
+    assert full_weeks, "no full week with a failure: the panel is not compared"
+    for window in full_weeks:
+        row = rows[window["start"][:10]]
+        assert int(row["hardware failures"]) == window["hardware_failures"]
+        assert float(row["MTBF (hours)"]) == pytest.approx(window["mtbf_hours"], rel=1e-3)
+        assert float(row["failures per 1000 node-days"]) == pytest.approx(
+            window["failures_per_1000_node_days"], rel=1e-3)  # fmt: skip
     text = cli({}, "report", "--fleet-window", "week", "--clickhouse", f"chdb://{store}", "--no-progress")
     # With job records the text gives the fleet's view in one line beside the MTTF tables.
     failures = sum(expected.values())

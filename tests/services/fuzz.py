@@ -11,13 +11,15 @@ and garbage, which must make none. An XID code
 inside the catalog's range but unknown to it is not among them: the SPEC keeps and flags those.
 
 :func:`run_fuzz` sends them to a real broker while ``faultstream replay --to`` publishes the
-bundled example, runs one real worker over both, and reports what came out; the e2e test asserts
-on the report, ``tests/soak/fuzz.py`` prints it for 10,000 messages.
+bundled example's jobs and scrapes and its kernel log goes line by line to the kernel-log topic,
+among the hostile values; it runs one real worker over all of it, and reports what came out; the
+e2e test asserts on the report, ``tests/soak/fuzz.py`` prints it for 10,000 messages.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import random
@@ -32,6 +34,9 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
 
+from schemas.records import XidEvent
+from stream.inputs.parsers.kernel_log import parse_kernel_log
+from stream.inputs.parsers.options import ParseOptions
 from stream.kafka.codec import message_lines
 from tests.services import kafka
 from tests.services.worker import ROOT, Worker, assert_same_results, cli, query, results, wait_until_caught_up
@@ -208,6 +213,41 @@ def _kernel_huge(rng: random.Random) -> bytes:
     return _KERNEL_TIME + b"NVRM: Xid (PCI:0000:07:00): " + b"9" * 1_000_000
 
 
+def _kernel_wrong_json_types(rng: random.Random) -> bytes:
+    """A shipper's envelope (journald, Vector, Fluent Bit) with a field of the wrong JSON type."""
+    xid = "NVRM: Xid (PCI:0000:07:00): 79, pid=1, name=x, y"
+    document = rng.choice([
+        {"message": xid, "host": "node0001", "timestamp": rng.choice([True, {"s": 1}, [1.5]])},  # Vector
+        {"MESSAGE": xid, "_HOSTNAME": "node0001", "@timestamp": rng.choice([False, {"t": 1.5}, [1.5, 2]])},
+        {"MESSAGE": [5, "NVRM"], "_HOSTNAME": "node0001", "__REALTIME_TIMESTAMP": "1704067200000001"},
+        {"MESSAGE": [78, 86, 82, 77, 300], "_HOSTNAME": "node0001", "__REALTIME_TIMESTAMP": "1704067200000001"},
+        {"MESSAGE": xid, "_HOSTNAME": rng.choice([None, 1.5, {"h": 1}]), "__REALTIME_TIMESTAMP": "1704067200000001"},
+        {"MESSAGE": xid, "_HOSTNAME": "node0001", "__REALTIME_TIMESTAMP": rng.choice([{"us": 1}, [], "1e999"])},
+    ])  # fmt: skip
+    return json.dumps(document, separators=(",", ":")).encode()  # compact, as journalctl prints it
+
+
+def _kernel_invalid_utf8(rng: random.Random) -> bytes:
+    """Invalid UTF-8 where the parser needs text: the time stamp, the XID code, the PCI id."""
+    return rng.choice([
+        b"2024-01-01T00:00:\xff0.000001+00:00 node0001 kernel: NVRM: Xid (PCI:0000:07:00): 79, pid=1, name=x, y",
+        _KERNEL_TIME + b"NVRM: Xid (PCI:0000:07:00): 7\xff9, pid=1, name=x, y",
+        _KERNEL_TIME + b"NVRM: Xid (PCI:00\xc3\x2800:07:00): 79, pid=1, name=x, y",
+    ])  # fmt: skip
+
+
+def _kernel_huge_envelope(rng: random.Random) -> bytes:
+    """A 1 MB journald entry whose message is a driver line cut short."""
+    message = "NVRM: Xid (" + "x" * 1_000_000
+    document = {"__REALTIME_TIMESTAMP": "1704067200000001", "_HOSTNAME": "node0001", "MESSAGE": message}
+    return json.dumps(document).encode()
+
+
+def _kernel_nothing(rng: random.Random) -> bytes | None:
+    """No value at all, an empty one, or a 1 MB line of another driver's."""
+    return rng.choice([None, b"", _KERNEL_TIME + b"eth0: " + b"z" * 1_000_000])
+
+
 def _kernel_not_ours(rng: random.Random) -> bytes:
     return rng.choice([
         bytes(rng.randrange(256) for _ in range(rng.randrange(1, 300))).replace(b"NVRM", b"nvrm").replace(b"SXid", b"sxid"),
@@ -220,13 +260,17 @@ def _kernel_not_ours(rng: random.Random) -> bytes:
 
 #: Hostile kernel-log values (raw, as a shipper's): each a driver line that cannot be read (one dead
 #: letter), or another driver's (nothing).
-KERNEL_MAKERS: dict[str, tuple[float, Callable[[random.Random], bytes], int]] = {
-    "kernel: malformed Xid line": (0.3, _kernel_bad_xid, 1),
-    "kernel: no time stamp": (0.15, _kernel_no_time, 1),
-    "kernel: invalid UTF-8 host": (0.05, _kernel_bad_host, 1),
-    "kernel: broken JSON envelope": (0.3, _kernel_bad_envelope, 1),
-    "kernel: 1 MB driver line": (0.02, _kernel_huge, 1),
-    "kernel: not ours": (0.18, _kernel_not_ours, 0),
+KERNEL_MAKERS: dict[str, tuple[float, Callable[[random.Random], bytes | None], int]] = {
+    "kernel: malformed Xid line": (0.22, _kernel_bad_xid, 1),
+    "kernel: no time stamp": (0.12, _kernel_no_time, 1),
+    "kernel: invalid UTF-8 host": (0.04, _kernel_bad_host, 1),
+    "kernel: invalid UTF-8 in time or header": (0.06, _kernel_invalid_utf8, 1),
+    "kernel: broken JSON envelope": (0.2, _kernel_bad_envelope, 1),
+    "kernel: wrong JSON types": (0.14, _kernel_wrong_json_types, 1),
+    "kernel: 1 MB driver line": (0.01, _kernel_huge, 1),
+    "kernel: 1 MB JSON envelope": (0.02, _kernel_huge_envelope, 1),
+    "kernel: not ours": (0.15, _kernel_not_ours, 0),
+    "kernel: null, empty or 1 MB other line": (0.04, _kernel_nothing, 0),
 }
 
 
@@ -258,9 +302,9 @@ def hostile_messages(count: int, seed: int) -> list[Hostile]:
         kind = rng.choice(["xid", "ecc", "job", "kernel"])
         if kind == "kernel":
             what = rng.choices(kernel_names, kernel_weights)[0]
-            out.append(
-                Hostile(kind, what, KERNEL_MAKERS[what][1](rng), rng.choice([None, b"node0001", b"\xff"]))
-            )
+            value = KERNEL_MAKERS[what][1](rng)
+            key = rng.choice([None, b"node0001", b"\xff"])
+            out.append(Hostile(kind, what, value, key if value is not None else b"\xff"))  # Kafka needs one
             continue
         roll = rng.random()
         if roll < 0.01:
@@ -291,23 +335,41 @@ class FuzzReport:
     worker_crashes: int = 0
     results_equal: bool = False
     results_problem: str = ""
+    #: The example's kernel-log lines shipped among the hostile values, the XID events they hold
+    #: (read from the file), and the XID events the worker stored.
+    kernel_lines: int = 0
+    kernel_events: int = 0
+    xid_events: int = 0
     seconds: float = 0.0
     log: Path | None = None
 
 
-async def _send(bootstrap: str, topics: dict[str, str], messages: list[Hostile], pause_every: int) -> None:
+async def _send(
+    bootstrap: str,
+    topics: dict[str, str],
+    messages: list[Hostile],
+    pause_every: int,
+    kernel_lines: list[bytes],
+) -> None:
+    """The hostile messages, with the good kernel-log lines spread among them (no key, as omkafka)."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, max_request_size=8 * 1024 * 1024, linger_ms=5)
     await producer.start()
     try:
         pending = []
+        per_message = -(-len(kernel_lines) // max(len(messages), 1))
+        good = iter(kernel_lines)
         for number, message in enumerate(messages, 1):
             pending.append(
                 await producer.send(topics[message.topic_kind], value=message.value, key=message.key)
             )
+            for line in itertools.islice(good, per_message):
+                pending.append(await producer.send(topics["kernel"], value=line))
             if number % pause_every == 0:  # spread over the replay's publication: interleaved
                 await asyncio.gather(*pending)
                 pending.clear()
                 await asyncio.sleep(0.05)
+        for line in good:
+            pending.append(await producer.send(topics["kernel"], value=line))
         await asyncio.gather(*pending)
     finally:
         await producer.stop()
@@ -342,12 +404,22 @@ def run_fuzz(
                   "job": env["FAULTSTREAM_TOPIC_JOBS"], "kernel": env["FAULTSTREAM_TOPIC_KERNEL_LOG"]}  # fmt: skip
         worker = Worker(env, workdir / "worker-store", workdir / "worker.log")
         report.log = worker.log_path
+        # The example's jobs and scrapes through replay --to; its kernel log line by line through
+        # the kernel-log topic, among the hostile values (good records around bad ones).
+        kernel_log = EXAMPLE_LOGS / "kernel.log"
+        kernel_lines = [line for line in kernel_log.read_bytes().splitlines() if line.strip()]
+        report.kernel_lines = len(kernel_lines)
+        report.kernel_events = len({
+            item.event_id
+            for item in parse_kernel_log(kernel_lines, ParseOptions(), str(kernel_log))
+            if isinstance(item, XidEvent)
+        })  # fmt: skip
         publisher = subprocess.Popen(
-            [sys.executable, "-m", "stream.cli", "replay", str(EXAMPLE_LOGS), "--to", f"kafka://{bootstrap}",
-             "--no-progress"],
+            [sys.executable, "-m", "stream.cli", "replay", *(str(p) for p in sorted(EXAMPLE_LOGS.iterdir()) if p != kernel_log),
+             "--to", f"kafka://{bootstrap}", "--no-progress"],
             env={**os.environ, **env}, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         )  # fmt: skip
-        asyncio.run(_send(bootstrap, topics, messages, pause_every=max(count // 200, 1)))
+        asyncio.run(_send(bootstrap, topics, messages, max(count // 200, 1), kernel_lines))
         _, stderr = publisher.communicate(timeout=600)
         assert publisher.returncode == 0, f"replay --to failed: {stderr.decode()[-2000:]}"
         try:
@@ -366,6 +438,8 @@ def run_fuzz(
             report.dead_letters_by_reason[reason_class(row["reason"])] += row["n"]
             report.letters_without_reason += row["n"] if not row["reason"].strip() else 0
         report.dead_letters_on_topic, report.distinct_on_topic = _topic_letters(env)
+        stored = query(worker.store, "SELECT count() AS n FROM faultstream.xid_events FINAL")
+        report.xid_events = int(stored[0]["n"])
         expected, before = embedded if embedded is not None else _embedded(workdir)
         try:
             assert_same_results(results([worker.store], before), expected)

@@ -29,7 +29,9 @@ Field 230 holds the *last* XID code the GPU reported, and keeps it scrape after 
 :class:`XidEvent` is therefore emitted when the value is > 0 and differs from the previous value
 seen for that GPU in the same input (the first value > 0 counts as a change; a 0 resets it).
 A repeat of the same code without a 0 in between is not seen: the kernel log is the complete
-source of XIDs, DCGM the fallback.
+source of XIDs, DCGM the fallback. The event's ``since_ms`` is the time of the GPU's previous
+sample of field 230 (0 for its first): the XID happened after it. The detection core takes the
+kernel line and this change of one XID as one XID (:mod:`detectors.xid_reports`).
 
 DCGM's "blank" values are not counts: a field the GPU does not support, that was not found or
 that the exporter may not read holds a sentinel (``dcgm_structs.h``: ``DCGM_INT64_BLANK`` =
@@ -216,8 +218,9 @@ class PendingXid:
     """An XID observation whose GPU's previous value lies before this part of the input.
 
     Only a reader of one part of a file (:attr:`DcgmState.part`) makes these, for the first value
-    > 0 of a GPU in its part: the reader of the whole file turns it into :attr:`event` when the
-    value differs from the GPU's last value before the part (``0`` when none), else drops it.
+    > 0 of a GPU in its part: the reader of the whole file turns it into :attr:`event`, with
+    ``since_ms`` the time of the GPU's last sample before the part, when the value differs from the
+    GPU's last value there (``0`` when none), else drops it.
     """
 
     __slots__ = ("event",)
@@ -252,7 +255,8 @@ class DcgmState:
         self.groups: dict[tuple[int, str, int], _Group] = {}
         self.seen_metrics: set[bytes] = set()
         self.current_metric = b""
-        self.last_xid: dict[tuple[str, int], int] = {}
+        # (node, GPU) -> (value, time) of field 230
+        self.last_xid: dict[tuple[str, int], tuple[int, int]] = {}
         # [first line, last line, count, first raw] of untimed samples
         self.untimed: list[Any] | None = None
         self.part = part
@@ -370,11 +374,8 @@ class DcgmState:
     ) -> None:
         """Field 230 of one GPU read at ``ts_ms``: an event when it changed to a code."""
         key = (node, gpu)
-        previous = self.last_xid.get(key, 0)
-        if value:
-            self.last_xid[key] = value
-        else:
-            self.last_xid.pop(key, None)  # absent is 0: the dictionary holds the GPUs with a code
+        previous, previous_ms = self.last_xid.get(key, (0, 0))
+        self.last_xid[key] = (value, ts_ms)
         unknown = self.part and key not in self.xid_seen
         if unknown:
             self.xid_seen.add(key)
@@ -388,6 +389,7 @@ class DcgmState:
                 gpu=gpu,
                 message=XID_MESSAGE,
                 source=f"{self.source}:{line_no}",
+                since_ms=previous_ms,
             )
             out.append(PendingXid(event) if unknown else event)
 

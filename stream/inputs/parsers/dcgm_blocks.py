@@ -317,12 +317,10 @@ class DcgmBlockParser(DcgmState):
                     if built is not None:
                         out.append(built[index])
                 return
-            # No GPU reports a code: no event, and each GPU's last value is 0 now.
+            # No GPU reports a code: no event, and each GPU's last value is 0, read now.
             if self.part:
                 self.xid_seen.update(self._gpu_keys)
-            if self.last_xid:
-                for key in self._gpu_keys & self.last_xid.keys():
-                    del self.last_xid[key]
+            self.last_xid.update(dict.fromkeys(self._gpu_keys, (0, ts_ms)))
         if built is not None:
             out.extend(built)
 

@@ -9,6 +9,7 @@ import copy
 import math
 import pickle
 import random
+from typing import Any
 
 import pytest
 
@@ -45,13 +46,18 @@ def reference_evaluate(self: LemonTracker, now_ms: int) -> list[LemonVerdict]:
     # Node by node in the tracker's order (the float sums below add in that order), by index:
     # each node's exposure in days and its count of each signal (SIGNALS, then job_runs).
     names = list(nodes)
+    # A node's exposure starts with its first fact if telemetry showed it, else with the fleet's.
     exposure = [
-        max(now_ms - max(start, state.first_ms if state.first_ms is not None else now_ms), 0) / DAY_MS
+        max(now_ms - max(start, state.first_ms if state.present else self._first_ms), 0) / DAY_MS
         for state in nodes.values()
     ]
     counts_of = [tuple(map(len, _ALL_SIGNALS(state.signals))) for state in nodes.values()]
     totals = [sum(column) for column in zip(*counts_of, strict=True)]
-    total_exposure = sum(exposure)
+    # The exposures of the nodes telemetry showed in the tracker's order, the others' all at once.
+    absent = [not state.present for state in nodes.values()]
+    fleet_days = max(now_ms - max(start, self._first_ms), 0) / DAY_MS
+    total_exposure = sum(0.0 if gone else days for gone, days in zip(absent, exposure, strict=True))
+    total_exposure += sum(absent) * fleet_days
     by_name = sorted(range(fleet), key=names.__getitem__)
     # The reference leaves out the node itself and the fleet's top nodes of each signal (2%,
     # at least one): in a week-old fleet of 32, another lemon must not make a lemon look usual.
@@ -90,7 +96,7 @@ def reference_evaluate(self: LemonTracker, now_ms: int) -> list[LemonVerdict]:
             rates.append((total - count) / others if others > 0 else 0.0)
         load = (counts[runs_index] + 1) / (rates[runs_index] * days + 1)
         expected = [
-            rates[k] * days * load if _LOAD_SCALED[k] else max(rates[k], prior) * days
+            max(rates[k] * days * load, prior * days) if _LOAD_SCALED[k] else max(rates[k], prior) * days
             for k in range(runs_index)
         ]
         surprises = [poisson_surprise(counts[k], expected[k]) for k in range(runs_index)]
@@ -112,6 +118,16 @@ def reference_evaluate(self: LemonTracker, now_ms: int) -> list[LemonVerdict]:
             )
         )
     return verdicts
+
+
+class _CountingTracker(LemonTracker):
+    """A tracker that counts its evaluations at the prior floor (the shortcut under test)."""
+
+    at_floor = 0
+
+    def _evaluate_at_floor(self, *args: Any) -> list[LemonVerdict]:
+        type(self).at_floor += 1
+        return super()._evaluate_at_floor(*args)
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -158,3 +174,45 @@ def test_incremental_verdicts_equal_evaluating_the_whole_fleet_afresh(seed: int)
         if step == 120:  # a worker restored from a checkpoint: the derived state is rebuilt
             tracker = pickle.loads(pickle.dumps(tracker))
     assert compared > 0, "no verdict to compare: the test would prove nothing"
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_sparse_history_evaluated_at_the_floor_equals_evaluating_the_whole_fleet(seed: int) -> None:
+    """Years of a large fleet's rare failures (nodes named first by them, some known from an
+    inventory, a few bad nodes failing again and again): most evaluations take the shortcut at the
+    prior floor, and every verdict equals the whole fleet's evaluation to the last bit."""
+    rng = random.Random(100 + seed)
+    config = LemonConfig(window_ms=28 * DAY_MS, evaluate_every_ms=6 * HOUR_MS)
+    tracker = _CountingTracker(config)
+    _CountingTracker.at_floor = 0
+    fleet = [f"n{n:04d}" for n in range(rng.randint(200, 400))]
+    for name in fleet[: len(fleet) // 2]:  # an inventory of half the fleet
+        tracker.see_node(name, 0)
+    bad = rng.sample(fleet, 3)
+    now = 0
+    compared = evaluations = 0
+    for step in range(600):  # 150 days
+        end = now + 6 * HOUR_MS
+        failing = [node for node in bad if rng.random() < 0.04]  # a bad node: every 6 days
+        if rng.random() < 0.08:  # the rest of the fleet: 0.3 failures a day
+            failing.append(rng.choice(fleet))
+        for node in failing:
+            ts = rng.randint(now - 30 * 60_000, end)
+            tracker.see_node(node, ts, present=False)
+            tracker.record_xid(node, ts)
+            tracker.record(node, "hw_incidents", ts)
+            if step < 200 and rng.random() < 0.2:  # job records for the first 50 days only
+                tracker.record(node, "job_runs", ts)
+            if rng.random() < 0.05:
+                tracker.see_node(rng.choice(fleet), ts)  # telemetry shows a node late
+        now = end
+        reference = copy.deepcopy(tracker)
+        got = tracker.evaluate(now)
+        expected = reference_evaluate(reference, now)
+        assert got == expected, (seed, step)
+        compared += len(got)
+        evaluations += 1
+        if step == 300:
+            tracker = pickle.loads(pickle.dumps(tracker))
+    assert compared > 0, "no verdict to compare: the test would prove nothing"
+    assert _CountingTracker.at_floor > evaluations // 4, "the shortcut was hardly taken"

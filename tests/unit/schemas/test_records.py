@@ -114,6 +114,18 @@ def test_a_pickle_of_the_layout_before_device_loads_as_a_gpu_event():
     assert pickle.loads(pickle.dumps(switch)) == switch
 
 
+def test_a_pickle_of_the_layout_before_since_loads_as_a_logged_event():
+    """Checkpoints written before ``since_ms`` existed (eleven fields) load as driver-logged XIDs."""
+    import pickle
+
+    switch = XidEvent(ts_ms=5, cluster="c", node="n", xid=12028, device="nvswitch")
+    restored = object.__new__(XidEvent)
+    restored.__setstate__(switch.__getstate__()[:11])
+    assert restored == switch and restored.since_ms is None
+    gauged = XidEvent(ts_ms=5, cluster="c", node="n", xid=79, gpu=0, since_ms=0)
+    assert pickle.loads(pickle.dumps(gauged)) == gauged
+
+
 class _OldJobEventPickle:
     """Pickles as a :class:`JobEvent` of the twelve-field layout from before ``partition``."""
 

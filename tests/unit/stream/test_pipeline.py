@@ -8,6 +8,7 @@ from schemas.records import EccSample, JobEvent, JobState, XidEvent
 from stream.pipeline import RecordPipeline
 
 MINUTE = 60_000
+T0 = 1_704_067_200_000
 
 
 class MemorySink:
@@ -64,3 +65,26 @@ def test_drain_moves_the_decisions_into_the_batch() -> None:
     emitted = step.drain()
     assert [incident.kind for incident in emitted.incidents] == ["gpu_bus"]
     assert (1, emitted.incidents[0]) in sink.items
+
+
+def test_the_second_report_of_an_xid_is_not_stored() -> None:
+    step, sink, _ = pipeline()
+    logged = XidEvent(ts_ms=T0, cluster="c", node="n1", xid=79, pci_bus_id="0000:3b:00", message="fallen off")
+    gauged = XidEvent(
+        ts_ms=T0 + MINUTE, cluster="c", node="n1", xid=79, pci_bus_id="0000:3b:00", gpu=0, since_ms=0
+    )
+    assert step.apply(logged, "kern.log") is None
+    assert step.apply(gauged, "dcgm.prom") is None  # accepted: no dead letter
+    assert [item for _, item in sink.items] == [logged]
+    # A later change of the gauge with no kernel line in its interval is an XID of its own.
+    again = XidEvent(
+        ts_ms=T0 + 9 * MINUTE,
+        cluster="c",
+        node="n1",
+        xid=79,
+        pci_bus_id="0000:3b:00",
+        gpu=0,
+        since_ms=T0 + 8 * MINUTE,
+    )
+    assert step.apply(again, "dcgm.prom") is None
+    assert [item for _, item in sink.items] == [logged, again]

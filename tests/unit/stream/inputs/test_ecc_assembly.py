@@ -103,7 +103,9 @@ def plain(records: list[object]) -> list[tuple[object, ...]]:
                 )
             )
         elif isinstance(record, XidEvent):
-            out.append(("xid", record.ts_ms, record.node, record.gpu, record.pci_bus_id, record.xid))
+            out.append(
+                ("xid", record.ts_ms, record.node, record.gpu, record.pci_bus_id, record.xid, record.since_ms)
+            )
     return sorted(out, key=lambda r: (r[1], r[2], r[3] or 0, r[0]))
 
 

@@ -191,6 +191,10 @@ def test_xid_field_emits_on_change_and_after_a_reset() -> None:
         (4, 79, "xid.prom:5"),
         (5, 48, "xid.prom:6"),
     ]
+    # Each change happened after the gauge's previous sample (what the core pairs kernel lines by).
+    assert [r.since_ms for r in records if isinstance(r, XidEvent)] == [T0, T0 + 3, T0 + 4]
+    first = list(parse_dcgm(lines[1:2], ParseOptions(), "xid.prom"))
+    assert [r.since_ms for r in first if isinstance(r, XidEvent)] == [0]  # no previous sample
     event = records[0]
     assert isinstance(event, XidEvent)
     assert (event.cluster, event.node, event.gpu, event.pci_bus_id, event.pid) == (
