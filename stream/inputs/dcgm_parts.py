@@ -35,14 +35,22 @@ from typing import Any, Final
 from schemas.records import InvalidRecord, Record
 from stream.inputs.parse_ahead import ParsedAhead, Segments, pack_items, unpack_items
 from stream.inputs.parsers.dcgm import PendingXid, untimed_dead_letter
-from stream.inputs.parsers.dcgm_blocks import _NAMES, _RUN_END, BLOCK_BYTES, DcgmBlockParser, parse_dcgm_file
+from stream.inputs.parsers.dcgm_blocks import (
+    BLOCK_BYTES,
+    READ_NAMES,
+    RUN_END,
+    DcgmBlockParser,
+    parse_dcgm_file,
+)
 from stream.inputs.parsers.options import Format, ParseOptions
 
 __all__ = ["ParsedInParts", "part_bounds", "serve_parts"]
 
 #: Bytes a part, at least (a part holds whole scrapes: a 16,384-node fleet's is ~135 MB).
 PART_BYTES: Final = 64 << 20
-_FIRST_READ_LINE: Final = re.compile(b"(?:^|\n)(" + b"|".join(re.escape(name) for name in _NAMES) + b")[{]")
+_FIRST_READ_LINE: Final = re.compile(
+    b"(?:^|\n)(" + b"|".join(re.escape(name) for name in READ_NAMES) + b")[{]"
+)
 _COUNT_BYTES: Final = 64 << 20
 
 #: Where a part's reading ended: (metric met last, families of its last scrape, its samples
@@ -65,7 +73,7 @@ def part_bounds(data: bytes | mmap.mmap, part_bytes: int) -> list[int]:
                 previous = data.rfind(b"\n", 0, found) + 1
                 if data[previous : previous + len(needle) - 1] != needle[1:]:
                     break
-                found = data.find(needle, _RUN_END[name].search(data, found + 1).start())  # type: ignore[union-attr]
+                found = data.find(needle, RUN_END[name].search(data, found + 1).start())  # type: ignore[union-attr]
             if found < 0:
                 break
             if found + 1 > bounds[-1]:

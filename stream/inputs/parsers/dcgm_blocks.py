@@ -9,7 +9,7 @@ a block of whole lines is read in three steps, each over many lines in C:
    is found with one regular expression over the block: the lines before it cost no Python;
 2. the run of lines of that metric that follow is cut out (another expression finds its end) and
    checked to be plain: ``NAME{LABELS} VALUE TIMESTAMP`` on every line, each with exactly one
-   ``{``, one ``}``, two spaces and digits after the labels (a ``str.translate`` skeleton of the
+   ``{``, one ``}``, then `` DIGITS DIGITS`` (a ``bytes.translate`` skeleton of the
    run compared with the expected one), all with the same time stamp. A plain run is split into
    its labels, values and time stamps by a few ``bytes`` methods, and its GPUs looked up by label
    set in a cache;
@@ -37,16 +37,17 @@ from schemas.records import EccSample, InvalidRecord
 from stream.inputs.parsers.dcgm import _INT32_BLANK, _WANTED, DcgmItem, DcgmState
 from stream.inputs.parsers.options import ParseOptions
 
-__all__ = ["BLOCK_BYTES", "DcgmBlockParser", "parse_dcgm_file"]
+__all__ = ["BLOCK_BYTES", "READ_NAMES", "RUN_END", "DcgmBlockParser", "parse_dcgm_file"]
 
 #: Bytes read at a time from a plain file (then cut after its last whole line).
 BLOCK_BYTES: Final = 1 << 20
 
-_NAMES: Final = sorted(_WANTED, key=len, reverse=True)
+#: The metric names we read, longest first.
+READ_NAMES: Final = sorted(_WANTED, key=len, reverse=True)
 # A line that starts with a read metric name (the newline before it included).
-_CANDIDATE: Final = re.compile(b"\n(?:" + b"|".join(re.escape(name) for name in _NAMES) + b")")
-# The newline ending a run of one metric's lines: the first one not followed by ``NAME{``.
-_RUN_END: Final = {name: re.compile(b"\n(?!" + re.escape(name) + b"\\{)") for name in _NAMES}
+_CANDIDATE: Final = re.compile(b"\n(?:" + b"|".join(re.escape(name) for name in READ_NAMES) + b")")
+#: Per read metric, the newline ending a run of its lines: the first one not followed by ``NAME{``.
+RUN_END: Final = {name: re.compile(b"\n(?!" + re.escape(name) + b"\\{)") for name in READ_NAMES}
 _NOT_SKELETON: Final = bytes(byte for byte in range(256) if byte not in b"{}\n")
 _BRACES_TO_NEWLINES: Final = bytes.maketrans(b"{}", b"\n\n")
 _DIGITS: Final = b"0123456789"
@@ -162,7 +163,7 @@ class DcgmBlockParser(DcgmState):
             name = found.group()[1:]
             start = at + 1
             if buf[start + len(name)] == _OPEN_BRACE:
-                end = _RUN_END[name].search(buf, start).start()  # type: ignore[union-attr]  # the last newline
+                end = RUN_END[name].search(buf, start).start()  # type: ignore[union-attr]  # the last newline
                 lines = self._run(name, buf, start, end + 1, line_no, out)
             else:
                 end = buf.index(b"\n", start)
