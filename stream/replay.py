@@ -184,9 +184,7 @@ def run_files(
         When too many of a file's records are bad.
     """
     started = time.perf_counter()
-    inputs = MergedInputs(
-        paths, options, fmt, settings.allowed_lateness_seconds * 1000, settings.parse_ahead_min_bytes
-    )
+    inputs = MergedInputs.for_settings(paths, options, fmt, settings)
     policy = DeadLetterPolicy.from_settings(settings)
     pipeline = RecordPipeline(core, sink, dead_letters or NoDeadLetters(), settings.allowed_lateness_seconds)
     summary = ReplaySummary(sources=inputs.sources)

@@ -295,6 +295,11 @@ class Settings:
         "another CPU, while the replay runs what it parsed (the same records; skipped on one CPU). "
         "0: parse every file in process.",
     )
+    parse_helpers: int = setting(
+        0,
+        "replay and replay --to: helper processes that parse one large uncompressed DCGM file in parts, "
+        "merged into the same records (0: one per CPU but the replay's own; 1: one helper, no parts).",
+    )
     kafka_bootstrap: str = setting(
         "127.0.0.1:9092",
         "Kafka bootstrap servers (host:port, comma-separated) for init-kafka, replay --to, worker, tail.",

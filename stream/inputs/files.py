@@ -10,13 +10,16 @@ Both the embedded replay and ``replay --to`` (publishing to Kafka) read their in
 
 from __future__ import annotations
 
+import gzip
 import heapq
+import os
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from schemas.records import InvalidRecord, Record
+from stream.inputs.dcgm_parts import ParsedInParts
 from stream.inputs.parse_ahead import ParsedAhead, parse_ahead_wanted
 from stream.inputs.parsers import (
     Format,
@@ -28,8 +31,17 @@ from stream.inputs.parsers import (
 )
 from stream.inputs.parsers.detect import InputFile
 from stream.inputs.parsers.options import ParseOptions
+from stream.settings import Settings
 
-__all__ = ["InputItem", "LateRecord", "MergedInputs", "SourceStats", "expand_paths", "read_records"]
+__all__ = [
+    "InputItem",
+    "LateRecord",
+    "MergedInputs",
+    "SourceStats",
+    "expand_paths",
+    "parse_helpers_wanted",
+    "read_records",
+]
 
 
 @dataclass(slots=True)
@@ -123,6 +135,15 @@ def expand_paths(paths: Iterable[Path]) -> Iterator[Path]:
             yield path
 
 
+def parse_helpers_wanted(setting: int) -> int:
+    """Helper processes for one large DCGM file: the setting, or (0) one per CPU but the replay's own.
+
+    >>> parse_helpers_wanted(3), parse_helpers_wanted(0) == max(1, (os.cpu_count() or 1) - 1)
+    (3, True)
+    """
+    return setting if setting > 0 else max(1, (os.cpu_count() or 1) - 1)
+
+
 def _merge_key(entry: tuple[int, int, InputItem, SourceStats]) -> tuple[int, int]:
     return entry[0], entry[1]
 
@@ -134,7 +155,9 @@ class MergedInputs:
     late record (:class:`LateRecord`), with the counters of the file it came from. Files are taken in
     path order and ties keep that order, so the same set of files always gives the same stream.
     Files of at least ``parse_ahead_min_bytes`` (0: none) are parsed in helper processes
-    (:mod:`stream.inputs.parse_ahead`, the same items); :meth:`close` stops those still running.
+    (:mod:`stream.inputs.parse_ahead`, the same items), an uncompressed DCGM file by
+    ``parse_helpers`` of them in parts (:mod:`stream.inputs.dcgm_parts`; 0: one per CPU but ours);
+    :meth:`close` stops those still running.
     """
 
     def __init__(
@@ -144,12 +167,13 @@ class MergedInputs:
         fmt: Format | None,
         lateness_ms: int,
         parse_ahead_min_bytes: int = 0,
+        parse_helpers: int = 1,
     ) -> None:
         files = sorted(set(expand_paths(paths)), key=str)
         self.sources: list[SourceStats] = []
-        self._positions: list[tuple[_Progress | ParsedAhead, int]] = []
+        self._positions: list[tuple[_Progress | ParsedAhead | ParsedInParts, int]] = []
         self._streams: list[Iterator[tuple[int, int, InputItem, SourceStats]]] = []
-        self._helpers: list[ParsedAhead] = []
+        self._helpers: list[ParsedAhead | ParsedInParts] = []
         try:
             for path in files:
                 if not path.is_file():
@@ -159,8 +183,15 @@ class MergedInputs:
                 size = path.stat().st_size
                 parsed: Iterable[Record | InvalidRecord]
                 if parse_ahead_wanted(size, parse_ahead_min_bytes):
-                    open_input(path).close()  # an unreadable file fails here, as in process
-                    helper = ParsedAhead(path, chosen, file_options, str(path))
+                    with open_input(path) as probe:  # an unreadable file fails here, as in process
+                        plain = not isinstance(probe, gzip.GzipFile)
+                    helper: ParsedAhead | ParsedInParts
+                    if chosen is Format.DCGM and plain and parse_helpers_wanted(parse_helpers) > 1:
+                        helper = ParsedInParts(
+                            path, file_options, str(path), parse_helpers_wanted(parse_helpers)
+                        )
+                    else:
+                        helper = ParsedAhead(path, chosen, file_options, str(path))
                     self._helpers.append(helper)
                     self._positions.append((helper, size))
                     parsed = helper
@@ -175,6 +206,20 @@ class MergedInputs:
             self.close()
             raise
         self.total_bytes = sum(size for _, size in self._positions)
+
+    @classmethod
+    def for_settings(
+        cls, paths: Iterable[Path], options: ParseOptions, fmt: Format | None, settings: Settings
+    ) -> MergedInputs:
+        """The inputs as ``replay`` and ``replay --to`` read them: the settings' lateness and helpers."""
+        return cls(
+            paths,
+            options,
+            fmt,
+            settings.allowed_lateness_seconds * 1000,
+            settings.parse_ahead_min_bytes,
+            settings.parse_helpers,
+        )
 
     def close(self) -> None:
         """Stop the helper processes still parsing (a replay that stopped early)."""

@@ -153,9 +153,7 @@ async def publish(
     """Publish history to the input topics in event-time order; ``rate`` paces it (records/s);
     ``records_per_message`` 1 sends every record as a message of its own."""
     started = time.perf_counter()
-    inputs = MergedInputs(
-        paths, options, fmt, settings.allowed_lateness_seconds * 1000, settings.parse_ahead_min_bytes
-    )
+    inputs = MergedInputs.for_settings(paths, options, fmt, settings)
     summary = PublishSummary(sources=inputs.sources)
     lateness_s = settings.allowed_lateness_seconds
     topics = {XidEvent: settings.topic_xid, EccSample: settings.topic_ecc, JobEvent: settings.topic_jobs}

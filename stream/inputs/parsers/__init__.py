@@ -25,6 +25,7 @@ from typing import Final
 from schemas.records import EccSample, InvalidRecord, JobEvent, XidEvent
 from schemas.timeutil import format_ts
 from stream.inputs.parsers.dcgm import parse_dcgm, samples_lack_time_stamps
+from stream.inputs.parsers.dcgm_blocks import parse_dcgm_file
 from stream.inputs.parsers.detect import InputFile, detect_format, open_input
 from stream.inputs.parsers.hostlist import compress_hostlist, expand_hostlist
 from stream.inputs.parsers.jsonl import parse_jsonl
@@ -195,6 +196,9 @@ def parse_open_file(
     The handle is closed when the iterator is exhausted or closed.
     """
     with handle:
+        if fmt is Format.DCGM:  # in blocks, the items of parse_dcgm over its lines (a damaged gzip too)
+            yield from parse_dcgm_file(handle, options, source)  # type: ignore[misc]  # no PendingXid: a whole file
+            return
         if not isinstance(handle, gzip.GzipFile):
             yield from _PARSERS[fmt](handle, options, source)
             return

@@ -64,10 +64,14 @@ __all__ = [
     "DCGM_BLANKS",
     "METRIC_COUNTERS",
     "XID_METRIC",
+    "DcgmItem",
+    "DcgmState",
+    "PendingXid",
     "gpu_of_labels",
     "is_dcgm_blank",
     "parse_dcgm",
     "samples_lack_time_stamps",
+    "untimed_dead_letter",
 ]
 
 #: DCGM's blank sentinels (``dcgm_structs.h``), by name. Any value at or above a BLANK of its width
@@ -210,10 +214,234 @@ class _Group:
         self.xid: tuple[int, int] | None = None  # (value, line_no)
 
 
+class PendingXid:
+    """An XID observation whose GPU's previous value lies before this part of the input.
+
+    Only a reader of one part of a file (:attr:`DcgmState.part`) makes these, for the first value
+    > 0 of a GPU in its part: the reader of the whole file turns it into :attr:`event`, with
+    ``since_ms`` the time of the GPU's last sample before the part, when the value differs from the
+    GPU's last value there (``0`` when none), else drops it.
+    """
+
+    __slots__ = ("event",)
+
+    def __init__(self, event: XidEvent) -> None:
+        self.event = event
+
+
+#: What the reader of one DCGM input gives: records, dead letters and (reading a part) pending XIDs.
+DcgmItem = EccSample | XidEvent | InvalidRecord | PendingXid
+
+
+class DcgmState:
+    """The reading of one DCGM input, line by line: what :func:`parse_dcgm` does with each line.
+
+    :meth:`line` reads one physical line and appends what it gives to ``out``; :meth:`finish`
+    ends the input. :class:`stream.inputs.parsers.dcgm_blocks.DcgmBlockParser` extends it to read
+    whole blocks of lines at a time, with this class as the reference for every line it cannot
+    read in bulk.
+
+    ``part`` reads a part of a file that begins with a scrape (see :class:`PendingXid`); then
+    :attr:`first_name` is the metric of the part's first read line and :attr:`xid_seen` the GPUs
+    whose XID value the part has read.
+    """
+
+    def __init__(self, options: ParseOptions, source: str, *, part: bool = False) -> None:
+        self.source = source
+        self.fallback_node = default_node(options, source)
+        self.cluster = options.cluster
+        self.scrape_time_ms = options.scrape_time_ms
+        self.label_cache: dict[bytes, _Labels] = {}
+        self.groups: dict[tuple[int, str, int], _Group] = {}
+        self.seen_metrics: set[bytes] = set()
+        self.current_metric = b""
+        # (node, GPU) -> (value, time) of field 230
+        self.last_xid: dict[tuple[str, int], tuple[int, int]] = {}
+        # [first line, last line, count, first raw] of untimed samples
+        self.untimed: list[Any] | None = None
+        self.part = part
+        self.first_name: bytes | None = None
+        self.xid_seen: set[tuple[str, int]] = set()
+
+    def begin(self, name: bytes, out: list[DcgmItem]) -> None:
+        """A read line of metric ``name`` comes: a family met again starts a new scrape."""
+        if name != self.current_metric:
+            if name in self.seen_metrics:
+                self.flush(out)
+                self.seen_metrics.clear()
+            elif self.first_name is None:
+                self.first_name = name
+            self.seen_metrics.add(name)
+            self.current_metric = name
+
+    def labels(self, label_bytes: bytes) -> _Labels:
+        """(node, gpu, pci) of a label set, or why it has none (cached)."""
+        labels = self.label_cache.get(label_bytes)
+        if labels is None:
+            try:
+                label_text = label_bytes.decode("utf-8")
+            except UnicodeDecodeError:
+                labels = "invalid UTF-8 in the labels"
+            else:
+                labels = _parse_labels(label_text, self.fallback_node)
+            if len(self.label_cache) >= _LABEL_CACHE_LIMIT:
+                self.label_cache.clear()
+            self.label_cache[label_bytes] = labels
+        return labels
+
+    def line(self, physical: bytes, line_no: int, out: list[DcgmItem]) -> None:
+        """Read one physical line (with or without its terminator)."""
+        if not physical.startswith(b"DCGM_"):
+            return
+        brace = physical.find(b"{")
+        name = physical.split(None, 1)[0] if brace < 0 else physical[:brace]
+        counter = _WANTED.get(name)
+        if counter is None:
+            return
+        line = physical.rstrip(b"\r\n")
+        self.begin(name, out)
+        if brace < 0:
+            out.append(invalid(f"{name.decode()} has no labels: no 'gpu' label", line, self.source, line_no))
+            return
+        close = line.rfind(b"}")
+        if close < brace:
+            out.append(invalid("unterminated label set", line, self.source, line_no))
+            return
+        labels = self.labels(line[brace + 1 : close])
+        if isinstance(labels, str):
+            out.append(invalid(f"{name.decode()}: {labels}", line, self.source, line_no))
+            return
+        parts = line[close + 1 :].split()
+        if not parts or len(parts) > 2:
+            out.append(
+                invalid(
+                    f"{name.decode()}: expected 'VALUE [TIMESTAMP_MS]' after the labels",
+                    line,
+                    self.source,
+                    line_no,
+                )
+            )
+            return
+        value = int(parts[0]) if parts[0].isdigit() else _value(parts[0])
+        if isinstance(value, str):
+            out.append(invalid(f"{name.decode()}: {value}", line, self.source, line_no))
+            return
+        if value >= _INT32_BLANK and is_dcgm_blank(value):
+            return  # "no value": never a count
+        if len(parts) == 2:
+            try:
+                ts_ms = int(parts[1])
+            except ValueError:
+                out.append(
+                    invalid(
+                        f"{name.decode()}: time stamp {parts[1].decode('utf-8', 'replace')!r} "
+                        "is not integer ms",
+                        line,
+                        self.source,
+                        line_no,
+                    )
+                )
+                return
+        elif self.scrape_time_ms is not None:
+            ts_ms = self.scrape_time_ms
+        else:
+            # The cause is the file (saved without time stamps), so it is said once, at the end.
+            if self.untimed is None:
+                self.untimed = [line_no, line_no, 0, line]
+            self.untimed[1] = line_no
+            self.untimed[2] += 1
+            return
+        self.apply(ts_ms, labels, counter, value, line_no)
+
+    def apply(self, ts_ms: int, labels: tuple[str, int, str], counter: str, value: int, line_no: int) -> None:
+        """Add one read value to its sample (``counter`` "" for the XID metric)."""
+        node, gpu, pci = labels
+        key = (ts_ms, node, gpu)
+        group = self.groups.get(key)
+        if group is None:
+            group = self.groups[key] = _Group(pci)
+        elif not group.pci:
+            group.pci = pci
+        if counter:
+            if not group.counters:
+                group.line_no = line_no
+            group.counters[counter] = value
+        else:
+            group.xid = (value, line_no)
+
+    def xid(
+        self, ts_ms: int, node: str, gpu: int, pci: str, value: int, line_no: int, out: list[DcgmItem]
+    ) -> None:
+        """Field 230 of one GPU read at ``ts_ms``: an event when it changed to a code."""
+        key = (node, gpu)
+        previous, previous_ms = self.last_xid.get(key, (0, 0))
+        self.last_xid[key] = (value, ts_ms)
+        unknown = self.part and key not in self.xid_seen
+        if unknown:
+            self.xid_seen.add(key)
+        if value > 0 and (unknown or value != previous):
+            event = XidEvent(
+                ts_ms=ts_ms,
+                cluster=self.cluster,
+                node=node,
+                xid=value,
+                pci_bus_id=pci,
+                gpu=gpu,
+                message=XID_MESSAGE,
+                source=f"{self.source}:{line_no}",
+                since_ms=previous_ms,
+            )
+            out.append(PendingXid(event) if unknown else event)
+
+    def flush(self, out: list[DcgmItem]) -> None:
+        """Emit the samples of the scrape read so far, sorted by time, node and GPU."""
+        groups = self.groups
+        for key in sorted(groups):
+            ts_ms, node, gpu = key
+            group = groups[key]
+            if group.xid is not None:
+                value, xid_line = group.xid
+                self.xid(ts_ms, node, gpu, group.pci, value, xid_line, out)
+            if group.counters:
+                out.append(
+                    EccSample(
+                        ts_ms=ts_ms,
+                        cluster=self.cluster,
+                        node=node,
+                        gpu=gpu,
+                        pci_bus_id=group.pci,
+                        counters=group.counters,
+                        source=f"{self.source}:{group.line_no}",
+                    )
+                )
+        groups.clear()
+
+    def finish(self, out: list[DcgmItem]) -> None:
+        """The input ended: its last scrape, and the dead letter of samples without a time stamp."""
+        self.flush(out)
+        if self.untimed is not None:
+            out.append(untimed_dead_letter(self.untimed, self.source))
+
+
+def untimed_dead_letter(untimed: list[Any], source: str) -> InvalidRecord:
+    """The one dead letter of an input's samples without a time stamp: ``[first, last, count, raw]``."""
+    first, last, count, raw = untimed
+    return InvalidRecord(
+        f"{count} samples have no time stamp (a scrape saved with curl?): pass --scrape-time with "
+        "the time it was taken",
+        raw=raw,
+        source=source,
+        location=f"line {first}" if count == 1 else f"lines {first}-{last} ({count} lines)",
+    )
+
+
 def parse_dcgm(
     lines: Iterable[bytes], options: ParseOptions, source: str
 ) -> Iterator[EccSample | XidEvent | InvalidRecord]:
     """Parse DCGM exporter scrapes into ECC samples, XID events and dead letters.
+
+    The reference reading, one line at a time; files are read in blocks by
+    :func:`stream.inputs.parsers.dcgm_blocks.parse_dcgm_file`, with the same items.
 
     Parameters
     ----------
@@ -240,141 +468,16 @@ def parse_dcgm(
     >>> sample.node, sample.gpu, sample.pci_bus_id, dict(sample.counters)
     ('n1', 0, '0000:3b:00', {'dbe_volatile': 3, 'sbe_volatile': 12})
     """
-    fallback_node = default_node(options, source)
-    cluster = options.cluster
-    scrape_time_ms = options.scrape_time_ms
-    wanted = _WANTED
-    label_cache: dict[bytes, _Labels] = {}
-    groups: dict[tuple[int, str, int], _Group] = {}
-    seen_metrics: set[bytes] = set()
-    current_metric = b""
-    last_xid: dict[tuple[str, int], tuple[int, int]] = {}  # (node, GPU) -> (value, time) of field 230
-    untimed: list[Any] | None = None  # [first line, last line, count, first raw] of untimed samples
-
-    def flush() -> Iterator[EccSample | XidEvent]:
-        for key in sorted(groups):
-            ts_ms, node, gpu = key
-            group = groups[key]
-            if group.xid is not None:
-                value, xid_line = group.xid
-                previous, previous_ms = last_xid.get((node, gpu), (0, 0))
-                last_xid[(node, gpu)] = (value, ts_ms)
-                if value > 0 and value != previous:
-                    yield XidEvent(
-                        ts_ms=ts_ms,
-                        cluster=cluster,
-                        node=node,
-                        xid=value,
-                        pci_bus_id=group.pci,
-                        gpu=gpu,
-                        message=XID_MESSAGE,
-                        source=f"{source}:{xid_line}",
-                        since_ms=previous_ms,
-                    )
-            if group.counters:
-                yield EccSample(
-                    ts_ms=ts_ms,
-                    cluster=cluster,
-                    node=node,
-                    gpu=gpu,
-                    pci_bus_id=group.pci,
-                    counters=group.counters,
-                    source=f"{source}:{group.line_no}",
-                )
-        groups.clear()
-
+    state = DcgmState(options, source)
+    out: list[DcgmItem] = []
     for line_no, physical in enumerate(lines, 1):
-        if not physical.startswith(b"DCGM_"):
-            continue
-        brace = physical.find(b"{")
-        name = physical.split(None, 1)[0] if brace < 0 else physical[:brace]
-        counter = wanted.get(name)
-        if counter is None:
-            continue
-        line = physical.rstrip(b"\r\n")
-        if name != current_metric:
-            if name in seen_metrics:
-                yield from flush()
-                seen_metrics.clear()
-            seen_metrics.add(name)
-            current_metric = name
-        if brace < 0:
-            yield invalid(f"{name.decode()} has no labels: no 'gpu' label", line, source, line_no)
-            continue
-        close = line.rfind(b"}")
-        if close < brace:
-            yield invalid("unterminated label set", line, source, line_no)
-            continue
-        label_bytes = line[brace + 1 : close]
-        labels = label_cache.get(label_bytes)
-        if labels is None:
-            try:
-                label_text = label_bytes.decode("utf-8")
-            except UnicodeDecodeError:
-                labels = "invalid UTF-8 in the labels"
-            else:
-                labels = _parse_labels(label_text, fallback_node)
-            if len(label_cache) >= _LABEL_CACHE_LIMIT:
-                label_cache.clear()
-            label_cache[label_bytes] = labels
-        if isinstance(labels, str):
-            yield invalid(f"{name.decode()}: {labels}", line, source, line_no)
-            continue
-        parts = line[close + 1 :].split()
-        if not parts or len(parts) > 2:
-            yield invalid(
-                f"{name.decode()}: expected 'VALUE [TIMESTAMP_MS]' after the labels", line, source, line_no
-            )
-            continue
-        value = int(parts[0]) if parts[0].isdigit() else _value(parts[0])
-        if isinstance(value, str):
-            yield invalid(f"{name.decode()}: {value}", line, source, line_no)
-            continue
-        if value >= _INT32_BLANK and is_dcgm_blank(value):
-            continue  # "no value": never a count
-        if len(parts) == 2:
-            try:
-                ts_ms = int(parts[1])
-            except ValueError:
-                yield invalid(
-                    f"{name.decode()}: time stamp {parts[1].decode('utf-8', 'replace')!r} is not integer ms",
-                    line,
-                    source,
-                    line_no,
-                )
-                continue
-        elif scrape_time_ms is not None:
-            ts_ms = scrape_time_ms
-        else:
-            # The cause is the file (saved without time stamps), so it is said once, at the end.
-            if untimed is None:
-                untimed = [line_no, line_no, 0, line]
-            untimed[1] = line_no
-            untimed[2] += 1
-            continue
-        node, gpu, pci = labels
-        key = (ts_ms, node, gpu)
-        group = groups.get(key)
-        if group is None:
-            group = groups[key] = _Group(pci)
-        elif not group.pci:
-            group.pci = pci
-        if counter:
-            if not group.counters:
-                group.line_no = line_no
-            group.counters[counter] = value
-        else:
-            group.xid = (value, line_no)
-    yield from flush()
-    if untimed is not None:
-        first, last, count, raw = untimed
-        yield InvalidRecord(
-            f"{count} samples have no time stamp (a scrape saved with curl?): pass --scrape-time with "
-            "the time it was taken",
-            raw=raw,
-            source=source,
-            location=f"line {first}" if count == 1 else f"lines {first}-{last} ({count} lines)",
-        )
+        if physical.startswith(b"DCGM_"):
+            state.line(physical, line_no, out)
+            if out:
+                yield from out  # type: ignore[misc]  # no PendingXid: not reading a part
+                out.clear()
+    state.finish(out)
+    yield from out  # type: ignore[misc]
 
 
 def samples_lack_time_stamps(lines: Iterable[bytes], limit: int = 10_000) -> bool:
