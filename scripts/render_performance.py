@@ -6,6 +6,7 @@ their prose; the figures go between markers, so a new measurement is a change of
 one run of this script:
 
     <!-- results:summary -->            every target of every result: figure, target, measured, met
+    <!-- results:headline -->           the same, of the targets marked ``"headline": true`` (README)
     <!-- results:NAME[,NAME...] -->     benchmark NAME: its heading, each result's command, machine,
                                         tables, notes (several benchmarks one after the other)
     <!-- /results -->                   the end of either
@@ -83,12 +84,15 @@ def table(spec: dict[str, Any]) -> list[str]:
     return lines
 
 
-def summary(benchmarks: dict[str, dict[str, Any]], link: str) -> list[str]:
-    """One row a target: what is measured, the target, the current figure, and whether it is met."""
+def summary(benchmarks: dict[str, dict[str, Any]], link: str, headline: bool = False) -> list[str]:
+    """One row a target: what is measured, the target, the current figure, and whether it is met
+    (``headline``: only the targets marked so, for the front page)."""
     lines = ["| figure | target | measured | met | benchmark |", "|---|---|---|---|---|"]
     for bench in benchmarks.values():
         for result in bench["results"]:
             for target in result.get("targets", []):
+                if headline and not target.get("headline"):
+                    continue
                 met = "yes" if target["met"] else "**no**"
                 where = f"[`{Path(bench['script']).name}`]({link}#{anchor(bench['heading'])})"
                 row = [target["figure"], target["target"], target["measured"], met, where]
@@ -152,8 +156,8 @@ def render(text: str, benchmarks: dict[str, dict[str, Any]], link: str) -> str:
     def body(match: re.Match[str]) -> str:
         lines: list[str] = []
         for name in match["names"].split(","):
-            if name == "summary":
-                lines += summary(benchmarks, link)
+            if name in ("summary", "headline"):
+                lines += summary(benchmarks, link, headline=name == "headline")
             elif name in benchmarks:
                 lines += [*section(benchmarks[name]), ""]
                 while lines[-2:] == ["", ""]:
