@@ -419,6 +419,14 @@ class Settings:
         "backlog) held the jobs topic's next messages, and every partition's merge waiting for their "
         "copies, behind seconds of detection work.",
     )
+    worker_merge_hold_records: int = setting(
+        100_000,
+        "Worker: the most records of one input partition a partition's event-time merge holds before "
+        "the worker stops fetching that partition (it fetches again once half of them are released). "
+        "A backlog's ECC scrapes run ahead of the XIDs and jobs they are merged with: without a bound the "
+        "merge held millions of records and the worker gigabytes. The records wait in Kafka instead; 0: "
+        "no bound.",
+    )
     worker_join_records: int = setting(
         256,
         "Worker: consecutive one-record messages of an input partition fetched together are handed to "
