@@ -420,12 +420,11 @@ class Settings:
         "copies, behind seconds of detection work.",
     )
     worker_merge_hold_records: int = setting(
-        100_000,
-        "Worker: the most records of one input partition a partition's event-time merge holds before "
-        "the worker stops fetching that partition (it fetches again once half of them are released). "
-        "A backlog's ECC scrapes run ahead of the XIDs and jobs they are merged with: without a bound the "
-        "merge held millions of records and the worker gigabytes. The records wait in Kafka instead; 0: "
-        "no bound.",
+        200_000,
+        "Worker: about the most records its partitions' event-time merges hold, shared evenly by the "
+        "partitions it owns: an input partition of which its merge holds its share is not fetched until "
+        "half of them are released. A backlog's ECC scrapes run ahead of the XIDs and jobs they are merged "
+        "with; the records wait in Kafka instead of the worker's memory. 0: no bound.",
     )
     worker_join_records: int = setting(
         256,

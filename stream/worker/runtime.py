@@ -82,6 +82,9 @@ _LIVE_BACKLOG_RECORDS = 1600
 #: one was a commit point (a checkpoint of the whole core): 1.8 a second instead of one every
 #: flush interval, slowing the worker into the next backlog.
 _CATCH_UP_RECORDS = 20_000
+#: The least a partition's merge holds of an input partition before it is held back, however many
+#: partitions share the worker's ``worker_merge_hold_records``: a few messages of 256 records.
+_LEAST_HELD = 2_048
 #: Incident updates go out early at most every this many times the last early flush took.
 _PUBLISH_COST_FACTOR = 4.0
 #: A partition's backlog may be judged from a highwater read this long ago: the commit point at
@@ -854,12 +857,14 @@ class WorkerRuntime:
 
     def _hold_back(self, state: PartitionWorker) -> None:
         """Stop reading an input partition whose records the partition's merge holds as many of as
-        it may, and read it again once half of them are released. Its records wait in Kafka, not in
+        it may (its share of ``worker_merge_hold_records``), and read it again once half of them are
+        released. Its records wait in Kafka, not in
         memory: on a backlog the ECC scrapes run far ahead of the XIDs and jobs they are merged with.
         A partition held back holds records, so it is never the one the merge waits for."""
-        limit = self.settings.worker_merge_hold_records
-        if limit <= 0:
+        budget = self.settings.worker_merge_hold_records
+        if budget <= 0:
             return
+        limit = max(budget // max(len(self.partitions), 1), _LEAST_HELD)
         before = self.held_back.partitions
         after = set(before)
         for topic, kind in self.topics.kinds.items():

@@ -681,13 +681,15 @@ class CountedHeld:
         return self.count if source == "ecc" else 0
 
 
-def test_an_input_partition_is_held_back_at_the_bound_and_read_again_at_half_of_it() -> None:
+def test_an_input_partition_is_held_back_at_its_share_of_the_bound_and_read_again_at_half_of_it() -> None:
     runtime, _ = make_runtime()
-    runtime.settings = Settings.from_env(kafka_bootstrap="127.0.0.1:1", worker_merge_hold_records=10)
+    # Two partitions share 20,000 records: 10,000 each, read again at 5,000.
+    runtime.settings = Settings.from_env(kafka_bootstrap="127.0.0.1:1", worker_merge_hold_records=20_000)
+    runtime.partitions = {5: None, 6: None}  # type: ignore[dict-item]  (two partitions owned)
     state = ReleasedPartition(0.0)
     state.merger = CountedHeld()  # type: ignore[assignment]
     seen = []
-    for count in (3, 9, 10, 12, 8, 6, 5, 9, 10):
+    for count in (3_000, 9_000, 10_000, 12_000, 8_000, 6_000, 5_000, 9_000, 10_000):
         state.merger.count = count  # type: ignore[attr-defined]
         runtime._hold_back(state)  # type: ignore[arg-type]
         seen.append(ECC in runtime.held_back.partitions)
