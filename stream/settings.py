@@ -424,6 +424,13 @@ class Settings:
         "backlog) held the jobs topic's next messages, and every partition's merge waiting for their "
         "copies, behind seconds of detection work.",
     )
+    worker_merge_hold_records: int = setting(
+        200_000,
+        "Worker: about the most records its partitions' event-time merges hold, shared evenly by the "
+        "partitions it owns: an input partition of which its merge holds its share is not fetched until "
+        "half of them are released. A backlog's ECC scrapes run ahead of the XIDs and jobs they are merged "
+        "with; the records wait in Kafka instead of the worker's memory. 0: no bound.",
+    )
     worker_join_records: int = setting(
         256,
         "Worker: consecutive one-record messages of an input partition fetched together are handed to "

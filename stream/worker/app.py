@@ -189,7 +189,7 @@ def build_app(
         batch_topics=frozenset({settings.topic_xid, settings.topic_ecc, settings.topic_kernel_log}),
         batch_most=settings.worker_join_messages,
     )
-    install_fair_share(app, settings.worker_poll_bytes, joining)
+    held_back = install_fair_share(app, settings.worker_poll_bytes, joining)
     kinds = {
         settings.topic_xid: "xid",
         settings.topic_ecc: "ecc",
@@ -228,7 +228,7 @@ def build_app(
         client, settings.database, settings.sink_batch_rows, on_flush=flushed, connect=connecting,
         config=detectors,
     )  # fmt: skip
-    runtime = WorkerRuntime(app, settings, topics, sink, metrics)
+    runtime = WorkerRuntime(app, settings, topics, sink, metrics, held_back)
     # Read at start, so a bad inventory stops the worker at once with the line at fault.
     inventory = read_inventory(Path(settings.inventory_file)) if settings.inventory_file else None
 

@@ -27,6 +27,7 @@ aiokafka driver and aiokafka's fetcher (their versions are pinned together in py
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from collections.abc import Set
 from dataclasses import dataclass, field
@@ -40,7 +41,24 @@ from faust.types import TP
 from stream.worker.joining import NO_JOINING, BatchedRecord, JoinedRecord, RunJoining, batched_message
 from stream.worker.joining import to_message as joined_message
 
-__all__ = ["FairPoll", "FairShareTransport", "install"]
+__all__ = ["FairPoll", "FairShareTransport", "HeldBack", "install"]
+
+
+class HeldBack:
+    """The input partitions the worker does not read for now: their records wait in Kafka.
+
+    The runtime sets :attr:`partitions` (a partition's merge holds as many of its records as it
+    may); the consumer's polls leave them out, so aiokafka, which fetches a partition again only
+    once its last fetch was handed on, keeps at most one fetch of each. Read from the consumer's
+    thread: the attribute is replaced, never changed in place.
+    """
+
+    def __init__(self) -> None:
+        self.partitions: frozenset[Any] = frozenset()
+
+
+#: A poll that finds every partition held back waits this long (or its timeout) before the next.
+_HELD_BACK_WAIT_SECONDS = 0.05
 
 
 def _size(record: Any) -> int:
@@ -60,9 +78,12 @@ class FairPoll:
     """The polls of one aiokafka consumer, in fair shares of about ``budget`` bytes, each share's
     runs of records joined as ``joining`` says (:mod:`stream.worker.joining`)."""
 
-    def __init__(self, budget: int, joining: RunJoining = NO_JOINING) -> None:
+    def __init__(
+        self, budget: int, joining: RunJoining = NO_JOINING, held_back: HeldBack | None = None
+    ) -> None:
         self.budget = budget
         self.joining = joining
+        self.held_back = held_back if held_back is not None else HeldBack()
         self.waiting: dict[Any, _Waiting] = {}
 
     async def __call__(
@@ -71,7 +92,17 @@ class FairPoll:
         """One poll of the ``partitions`` Faust reads now (all when empty): what aiokafka fetched
         joins what waits here (waiting up to ``timeout`` seconds only when nothing does), and each
         partition with records waiting gives its share. A fetch error is raised as aiokafka's own
-        poll raises it; what waits here stays for the next poll."""
+        poll raises it; what waits here stays for the next poll. Partitions held back
+        (:class:`HeldBack`) are not read: what was fetched of them stays where it is."""
+        held_back = self.held_back.partitions
+        if held_back:
+            if not partitions:
+                subscription = fetcher._subscriptions.subscription
+                partitions = subscription.assignment.tps if subscription is not None else frozenset()
+            partitions = frozenset(tp for tp in partitions if tp not in held_back)
+            if not partitions:  # every partition held back: wait for the agents to release some
+                await asyncio.sleep(min(timeout or 0.0, _HELD_BACK_WAIT_SECONDS))
+                return {}
         self._drop_moved(fetcher)
         readable = any(not partitions or tp in partitions for tp in self.waiting)
         fresh = await fetcher.fetched_records(partitions, timeout=0 if readable else timeout)
@@ -133,7 +164,7 @@ class FairShareConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
     def __post_init__(self) -> None:
         super().__post_init__()
         transport = self.consumer.transport
-        self.fair_poll = FairPoll(transport.poll_bytes, transport.joining)
+        self.fair_poll = FairPoll(transport.poll_bytes, transport.joining, transport.held_back)
 
     async def _fetch_records(
         self,
@@ -167,13 +198,22 @@ class FairShareConsumer(faust_aiokafka.Consumer):
 class FairShareTransport(faust_aiokafka.Transport):
     Consumer = FairShareConsumer
 
-    def __init__(self, url: Any, app: faust.App, *, poll_bytes: int, joining: RunJoining) -> None:
+    def __init__(
+        self, url: Any, app: faust.App, *, poll_bytes: int, joining: RunJoining, held_back: HeldBack
+    ) -> None:
         super().__init__(url, app)
         self.poll_bytes = poll_bytes
         self.joining = joining
+        self.held_back = held_back
 
 
-def install(app: faust.App, poll_bytes: int, joining: RunJoining = NO_JOINING) -> None:
+def install(
+    app: faust.App, poll_bytes: int, joining: RunJoining = NO_JOINING, held_back: HeldBack | None = None
+) -> HeldBack:
     """Make ``app``'s consumer hand on about ``poll_bytes`` a poll, in fair shares, its runs of
-    records joined as ``joining`` says."""
-    app.transport = FairShareTransport(app.conf.broker_consumer, app, poll_bytes=poll_bytes, joining=joining)
+    records joined as ``joining`` says, leaving out the partitions ``held_back`` names; returns it."""
+    held_back = held_back if held_back is not None else HeldBack()
+    app.transport = FairShareTransport(
+        app.conf.broker_consumer, app, poll_bytes=poll_bytes, joining=joining, held_back=held_back
+    )
+    return held_back

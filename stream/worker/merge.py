@@ -215,6 +215,11 @@ class EventTimeMerger(Generic[T]):
         ts_ms, _, _, item = best.held[best.head]
         return best.name, ts_ms, item
 
+    def held_count(self, source: str) -> int:
+        """How many items of ``source`` are held now."""
+        state = self._state.get(source)
+        return 0 if state is None else len(state.held) - state.head
+
     def oldest_arrival(self) -> float | None:
         """The clock time at which the earliest-arrived of the sources' next items arrived (how long
         the merge has held what it would release next); None when nothing is held."""

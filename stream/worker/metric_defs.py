@@ -38,6 +38,7 @@ MetricName = Literal[
     "faultstream_uncommitted",
     "faultstream_merge_held_records",
     "faultstream_merge_held_age_seconds",
+    "faultstream_input_held_back_partitions",
     "faultstream_fleet_wait_seconds",
     "faultstream_fleet_decided_without",
     "faultstream_caught_up",
@@ -137,6 +138,11 @@ METRICS: dict[MetricName, MetricDef] = {
         "gauge",
         "Records the event-time merge of a partition holds until its other sources catch up.",
         ("partition",),
+    ),
+    "faultstream_input_held_back_partitions": MetricDef(
+        "gauge",
+        "Input partitions not read for now: their partition's merge holds as many of their records as "
+        "FAULTSTREAM_WORKER_MERGE_HOLD_RECORDS allows (they wait in Kafka, not in memory).",
     ),
     "faultstream_merge_held_age_seconds": MetricDef(
         "gauge",

@@ -58,6 +58,7 @@ class WorkerMetrics:
         self.uncommitted = self._gauge("faultstream_uncommitted")
         self.held_back = self._gauge("faultstream_merge_held_records")
         self.held_age = self._gauge("faultstream_merge_held_age_seconds")
+        self.held_back_partitions = self._gauge("faultstream_input_held_back_partitions")
         self.fleet_wait = self._gauge("faultstream_fleet_wait_seconds")
         self.fleet_decided_without = self._counter("faultstream_fleet_decided_without")
         self.caught_up = self._gauge("faultstream_caught_up")

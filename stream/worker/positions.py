@@ -73,6 +73,11 @@ class InputPositions(Generic[P]):
         for partition in self._delivered_at:
             self._delivered_at[partition] = now
 
+    def waited(self, partition: P) -> None:
+        """The partition was not read on purpose until now (held back): its silence so far is no stall."""
+        if partition in self._delivered_at:
+            self._delivered_at[partition] = self._clock()
+
     def seek_to(self, partition: P) -> int | None:
         """The offset to read the partition again from after a gap; None if a read from there
         was asked for already and has not arrived yet (the rest of the old batch is ignored)."""

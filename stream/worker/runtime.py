@@ -50,6 +50,7 @@ from stream.worker.broker import BrokerQueries, PartitionReader
 from stream.worker.checkpoints import CheckpointTopic, StaleCheckpoint
 from stream.worker.commit import CommitPoint
 from stream.worker.diagnostics import committed_offsets, fetch_state, refetch
+from stream.worker.fetching import HeldBack
 from stream.worker.fleet_wait import FleetWaitWatch
 from stream.worker.joining import batched_parts, joined_from, skip_applied_lines, skip_applied_parts
 from stream.worker.merge import PUBLISH_SKEW_SECONDS
@@ -81,6 +82,9 @@ _LIVE_BACKLOG_RECORDS = 1600
 #: one was a commit point (a checkpoint of the whole core): 1.8 a second instead of one every
 #: flush interval, slowing the worker into the next backlog.
 _CATCH_UP_RECORDS = 20_000
+#: The least a partition's merge holds of an input partition before it is held back, however many
+#: partitions share the worker's ``worker_merge_hold_records``: a few messages of 256 records.
+_LEAST_HELD = 2_048
 #: Incident updates go out early at most every this many times the last early flush took.
 _PUBLISH_COST_FACTOR = 4.0
 #: A partition's backlog may be judged from a highwater read this long ago: the commit point at
@@ -125,9 +129,13 @@ class WorkerRuntime:
         topics: WorkerTopics,
         sink: ClickHouseSink,
         metrics: WorkerMetrics,
+        held_back: HeldBack | None = None,
     ) -> None:
         self.app = app
         self.settings = settings
+        #: Input partitions not read for now: their partition's merge holds as many of their
+        #: records as it may (``worker_merge_hold_records``); the consumer's polls leave them out.
+        self.held_back = held_back if held_back is not None else HeldBack()
         #: The detector configuration every partition runs under (a restored checkpoint's is
         #: brought to it: :func:`stream.worker.partition.adopt_configuration`).
         self.core_config = settings.core_config()
@@ -847,10 +855,35 @@ class WorkerRuntime:
 
     # -- commit points ----------------------------------------------------------------------
 
+    def _hold_back(self, state: PartitionWorker) -> None:
+        """Stop reading an input partition whose records the partition's merge holds as many of as
+        it may (its share of ``worker_merge_hold_records``), and read it again once half of them are
+        released. Its records wait in Kafka, not in
+        memory: on a backlog the ECC scrapes run far ahead of the XIDs and jobs they are merged with.
+        A partition held back holds records, so it is never the one the merge waits for."""
+        budget = self.settings.worker_merge_hold_records
+        if budget <= 0:
+            return
+        limit = max(budget // max(len(self.partitions), 1), _LEAST_HELD)
+        before = self.held_back.partitions
+        after = set(before)
+        for topic, kind in self.topics.kinds.items():
+            tp = TP(topic, state.partition)
+            held = state.merger.held_count(kind)
+            if tp in before and held <= limit // 2:
+                after.discard(tp)
+                self.positions.waited(tp)  # its silence while held back was no stall
+            elif tp not in before and held >= limit:
+                after.add(tp)
+        if after != before:
+            self.held_back.partitions = frozenset(after)
+            self.metrics.held_back_partitions.set(len(after))
+
     async def _release(self, state: PartitionWorker) -> None:
         if not self._current(state):
             return  # dropped by a revocation since the caller took it (see _current)
         self.metrics.late_events.inc(state.process_released())
+        self._hold_back(state)
         if state.hand_over_due():
             # The fleet stage decides a period's storm baseline once every partition's horizon
             # has passed the period before it; XIDs that could storm wait for it. Handed over only
@@ -1091,6 +1124,9 @@ class WorkerRuntime:
         for tp in ends:
             if tp not in assigned:
                 continue  # revoked since the ends were asked for
+            if tp in self.held_back.partitions:
+                self.positions.waited(tp)  # not read on purpose: its merge holds enough of it
+                continue
             # Nothing applied yet: reading starts at the committed offset, else at the beginning
             # (auto_offset_reset=earliest; an offset before the log start resets to it).
             start = committed.get(tp) or 0
@@ -1114,6 +1150,8 @@ class WorkerRuntime:
         """Drop the state of revoked partitions: Faust seeks every partition it is (re)assigned to
         its committed offset, so progress past the checkpoint is redone by whoever gets it."""
         self.positions.forget(revoked)
+        if self.held_back.partitions & revoked:
+            self.held_back.partitions = self.held_back.partitions - revoked
         self._revocations += 1
         self.assigned = False  # until the group's next assignment (a revocation starts a rebalance)
         self._assignment = None

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from stream.worker.fetching import FairPoll
+from stream.worker.fetching import FairPoll, HeldBack
 from stream.worker.joining import NO_JOINING, BatchedRecord, RunJoining
 from tests.services import kafka
 
@@ -178,3 +178,54 @@ def test_messages_of_several_lines_are_handed_on_in_batches_each_message_whole_o
         assert [v for poll in polls for v in poll.get(partition, [])] == [
             _two_lines(partition, n) for n in range(size)
         ]
+
+
+async def _held_back_polls(bootstrap: str, topic: str) -> tuple[list[int], list[bytes], list[bytes]]:
+    """Partition 0 held back after the first poll for 20 polls, then read again: partition 0's
+    position after each held-back poll, and every value of partitions 0 and 1 handed on."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, max_partition_fetch_bytes=20 * VALUE_BYTES
+    )
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, partition) for partition in SIZES]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        held_back = HeldBack()
+        poll = FairPoll(5 * VALUE_BYTES, NO_JOINING, held_back)
+        handed: dict[int, list[bytes]] = {0: [], 1: []}
+        positions: list[int] = []
+
+        async def one_poll() -> None:
+            drained = await poll(consumer._fetcher, set(), 0.5)
+            for tp, records in drained.items():
+                if tp.partition in handed:
+                    handed[tp.partition].extend(v for record in records for v in _values(record))
+
+        while not handed[0]:
+            await one_poll()
+        held_back.partitions = frozenset({TopicPartition(topic, 0)})
+        for _ in range(20):
+            await one_poll()
+            positions.append(
+                consumer._fetcher._subscriptions.subscription.assignment.state_value(tps[0]).position
+            )
+        held_back.partitions = frozenset()
+        for _ in range(10 * SIZES[0]):
+            if len(handed[0]) == SIZES[0] and len(handed[1]) == SIZES[1]:
+                break
+            await one_poll()
+        return positions, handed[0], handed[1]
+    finally:
+        await consumer.stop()
+
+
+def test_a_partition_held_back_is_not_handed_on_nor_fetched_and_is_whole_once_read_again(bootstrap, topic):
+    asyncio.run(_publish(bootstrap, topic))
+    positions, zero, one = asyncio.run(_held_back_polls(bootstrap, topic))
+    # Held back: partition 0 is fetched no further (its position stays: at most a fetch waits).
+    assert len(set(positions)) == 1 and positions[0] < SIZES[0] // 2, positions
+    # The other partitions went on meanwhile, and once read again partition 0 is all handed on,
+    # once each, in order.
+    assert one == [_value(1, n) for n in range(SIZES[1])]
+    assert zero == [_value(0, n) for n in range(SIZES[0])]

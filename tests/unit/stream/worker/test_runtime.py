@@ -291,10 +291,16 @@ def test_a_backlog_in_records_counts_a_topics_large_messages_not_its_last_short_
     assert messages == 400 and records == pytest.approx(400 * 256 * 0.98**201)  # ~4 a message
 
 
+class NothingHeld:
+    def held_count(self, source: str) -> int:
+        return 0
+
+
 class ReleasedPartition:
     """What ``WorkerRuntime._release`` reads of a partition, with nothing released."""
 
     partition = 0
+    merger = NothingHeld()
     uncommitted = 10
     changed = False
     behind = False
@@ -665,3 +671,51 @@ def test_a_source_message_revoked_while_its_copies_are_sent_is_not_recorded_as_r
     runtime.rekeyed = {rekeyed.topic: rekeyed}
     asyncio.run(runtime.rekey(Delivered(jobs, 7, 3, job_line(7)), rekeyed))
     assert (list(rekeyed.pending), rekeyed.delivered, rekeyed.started, commits) == ([], {}, set(), [])
+
+
+class CountedHeld:
+    def __init__(self) -> None:
+        self.count = 0
+
+    def held_count(self, source: str) -> int:
+        return self.count if source == "ecc" else 0
+
+
+def test_an_input_partition_is_held_back_at_its_share_of_the_bound_and_read_again_at_half_of_it() -> None:
+    runtime, _ = make_runtime()
+    # Two partitions share 20,000 records: 10,000 each, read again at 5,000.
+    runtime.settings = Settings.from_env(kafka_bootstrap="127.0.0.1:1", worker_merge_hold_records=20_000)
+    runtime.partitions = {5: None, 6: None}  # type: ignore[dict-item]  (two partitions owned)
+    state = ReleasedPartition(0.0)
+    state.merger = CountedHeld()  # type: ignore[assignment]
+    seen = []
+    for count in (3_000, 9_000, 10_000, 12_000, 8_000, 6_000, 5_000, 9_000, 10_000):
+        state.merger.count = count  # type: ignore[attr-defined]
+        runtime._hold_back(state)  # type: ignore[arg-type]
+        seen.append(ECC in runtime.held_back.partitions)
+    assert seen == [False, False, True, True, True, True, False, False, True]
+    runtime.forget({ECC})
+    assert not runtime.held_back.partitions  # a revoked partition is not held back any more
+
+
+def test_no_bound_holds_nothing_back() -> None:
+    runtime, _ = make_runtime()
+    runtime.settings = Settings.from_env(kafka_bootstrap="127.0.0.1:1", worker_merge_hold_records=0)
+    state = ReleasedPartition(0.0)
+    state.merger = CountedHeld()  # type: ignore[assignment]
+    state.merger.count = 10**9  # type: ignore[attr-defined]
+    runtime._hold_back(state)  # type: ignore[arg-type]
+    assert not runtime.held_back.partitions
+
+
+def test_a_partition_held_back_is_silent_on_purpose_not_stalled(clock: list[float]) -> None:
+    runtime, app = make_runtime()
+    runtime.held_back.partitions = frozenset({ECC})
+    for _ in range(4):
+        look(runtime, clock)
+    assert app.consumer.seeks == []  # never read again, never a WorkerStalled
+    runtime.held_back.partitions = frozenset()
+    look(runtime, clock)  # its clock starts again when it is read again
+    assert app.consumer.seeks == []
+    look(runtime, clock)
+    assert app.consumer.seeks == [(ECC, 100)]
